@@ -1,0 +1,1 @@
+"""The curated catalog, the local library, Hub search and downloads."""

@@ -1,0 +1,72 @@
+"""The `launcher` command: `launcher [gui] | detect | recommend | models | pull | search | serve | bench | connect`.
+
+Each subcommand lives next to the code it drives, in a module exposing
+`add_arguments(parser)` and `run(args) -> int`; modules keep heavy imports inside `run`
+so `launcher --help` stays fast. Errors from `core.errors` become one clear line on
+stderr and a non-zero exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from importlib import import_module
+
+from launcher import __version__
+from launcher.core.errors import LauncherError
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "gui": ("launcher.ui.cli_gui", "open the desktop app (the default)"),
+    "detect": ("launcher.hardware.cli_detect", "show what this machine has"),
+    "recommend": ("launcher.advisor.cli_recommend", "recommend engine, format and quant for a model"),
+    "models": ("launcher.catalog.cli_models", "list, add or remove local models"),
+    "pull": ("launcher.catalog.cli_pull", "download a model from the Hugging Face Hub"),
+    "search": ("launcher.catalog.cli_search", "search the Hugging Face Hub with fit verdicts"),
+    "serve": ("launcher.server.cli_serve", "serve a model on an OpenAI/Anthropic-compatible endpoint"),
+    "bench": ("launcher.bench.cli_bench", "benchmark an OpenAI-compatible endpoint"),
+    "connect": ("launcher.integrations.cli_connect", "show or write a coding agent's settings"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (every subcommand module is imported, none of their runtimes)."""
+    parser = argparse.ArgumentParser(prog="launcher", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"launcher {__version__}")
+    parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default), ERROR")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        try:
+            module = import_module(module_name)
+        except ModuleNotFoundError as err:
+            if err.name and err.name.startswith("launcher."):
+                continue  # command not built in this checkout
+            raise
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(command)
+        command.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the process exit code."""
+    from launcher.core import logging as launcher_logging
+
+    args = build_parser().parse_args(argv)
+    launcher_logging.setup(args.log_level)
+    if args.command is None:
+        args = build_parser().parse_args(["gui", *(argv or sys.argv[1:])])
+    try:
+        code: int = args._run(args)
+        return code
+    except LauncherError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Settings, paths, errors and logging shared by every layer."""

@@ -1,0 +1,77 @@
+"""`ServeConfig`: the one typed description of a server, shared by CLI flags, the config file and the app.
+
+The CLI builds its `serve` flags from these fields, the settings file stores defaults under
+`[serve]`, and the app turns its form into the same object and then into argv
+(`to_argv`), so the three cannot drift.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+DEFAULT_PORT = 8420
+"""The documented default port (chosen away from 8000/8080/11434/1234 that other tools take)."""
+
+EngineName = Literal["auto", "llamacpp", "mlx", "exllamav2", "exllamav3"]
+
+
+class ServeConfig(BaseModel):
+    """Everything `launcher serve` needs besides the model."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    model: str = Field("", description="GGUF path, catalog id or local-library name (empty: the starter model)")
+    engine: EngineName = Field("auto", description="inference engine (auto: the advisor's choice)")
+    context: int | None = Field(None, ge=256, description="context length in tokens (default: advisor)")
+    parallel: int = Field(4, ge=1, le=64, description="concurrent sequences sharing the KV cache")
+    gpu_layers: int | None = Field(None, ge=-1, description="layers offloaded to GPU (-1 all; default: advisor)")
+    threads: int | None = Field(None, ge=1, description="CPU threads (default: physical cores)")
+    host: str = Field("127.0.0.1", description="address to bind (non-loopback needs an API key)")
+    port: int = Field(DEFAULT_PORT, ge=0, le=65535, description="port (0 picks a free one)")
+    api_key: str | None = Field(None, description="require this key (Bearer or x-api-key)")
+    cors_origins: list[str] = Field(default_factory=list, description="allowed CORS origins (off when empty)")
+    alias: str | None = Field(None, description="model id clients use (default: the model's name)")
+    max_queue: int = Field(64, ge=0, description="requests waiting beyond `parallel` before 429")
+    kv_cache_type: Literal["f16", "q8_0", "q4_0"] = Field("f16", description="KV cache element type")
+    prefix_cache_tokens: int | None = Field(
+        None, ge=0, description="tokens of idle KV kept for prefix reuse (default: whatever is free)"
+    )
+
+    @field_validator("host")
+    @classmethod
+    def _host_is_address_or_name(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("host must not be empty")
+        return value.strip()
+
+    @property
+    def is_loopback(self) -> bool:
+        """True when only this machine can reach the server."""
+        if self.host in ("localhost", "localhost.localdomain"):
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+    def to_argv(self) -> list[str]:
+        """The `launcher serve` argument list equivalent to this config (used by the app)."""
+        argv: list[str] = [self.model] if self.model else []
+        defaults = ServeConfig()
+        for name, field in ServeConfig.model_fields.items():
+            if name == "model":
+                continue
+            value: Any = getattr(self, name)
+            if value == getattr(defaults, name):
+                continue
+            flag = "--" + name.replace("_", "-")
+            if isinstance(value, list):
+                if value:
+                    argv += [flag, ",".join(value)]
+            elif value is not None:
+                argv += [flag, str(value)]
+            del field
+        return argv

@@ -1,0 +1,69 @@
+"""User settings: one typed TOML file under the platform config dir.
+
+Written atomically (temp file + rename) so a crash never leaves a half-written file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import tomllib
+from pathlib import Path
+
+import tomli_w
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from launcher.core import paths
+from launcher.core.config import ServeConfig
+from launcher.core.errors import ConfigError
+
+
+class WindowGeometry(BaseModel):
+    """Where the main window was, so it reopens there."""
+
+    x: int = 100
+    y: int = 100
+    width: int = 1200
+    height: int = 800
+    maximized: bool = False
+
+
+class Settings(BaseModel):
+    """Everything the user can set and that must survive a restart."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    models_dir: str | None = Field(None, description="Hugging Face cache to use (default: the standard one)")
+    hf_token: str | None = Field(None, description="token for gated/private repos (HF_TOKEN wins)")
+    serve: ServeConfig = Field(default_factory=ServeConfig)
+    window: WindowGeometry = Field(default_factory=WindowGeometry)
+    last_model: str | None = None
+    allow_network: bool = False
+
+
+def load(path: Path | None = None) -> Settings:
+    """Read settings; a missing file gives defaults, a broken one a clear ConfigError."""
+    path = path or paths.settings_file()
+    if not path.exists():
+        return Settings()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return Settings.model_validate(data)
+    except (tomllib.TOMLDecodeError, ValidationError) as err:
+        raise ConfigError(f"Settings file {path} is invalid ({err}). Fix or delete it.") from err
+
+
+def save(settings: Settings, path: Path | None = None) -> Path:
+    """Write settings atomically and return the path."""
+    path = path or paths.settings_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = settings.model_dump(mode="json", exclude_none=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".settings.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            tomli_w.dump(data, handle)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,1 @@
+"""Inference engines behind one seam (`base.Engine`). Runtimes are imported lazily, per engine."""

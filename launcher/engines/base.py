@@ -1,0 +1,212 @@
+"""The engine seam: what the engine-agnostic server needs from an inference runtime.
+
+The server renders chat templates, parses tool calls, builds response shapes and enforces
+limits; an engine only turns token ids into a stream of new tokens for many concurrent
+requests. Batching lives inside each engine because each runtime batches differently.
+
+Threading contract: `LoadedModel.generate` is an async generator used from the server's
+event loop. Engines run the model on their own thread(s) and hand events back to the loop.
+Closing the async generator early (client disconnect, stop string found) must free the
+sequence within one decode step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from launcher.core.config import ServeConfig
+from launcher.hardware.machine import Machine
+
+ModelFormat = Literal["gguf", "mlx", "exl2", "exl3", "safetensors"]
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether an engine can run on this machine, and in plain words why not."""
+
+    usable: bool
+    reason: str  # "llama-cpp-python 0.3.16 (CPU, AVX2)" or "not installed: pip install 'launcher[mlx]'"
+    version: str | None = None
+    backend: str | None = None  # "cpu" | "cuda" | "metal" | ...
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """A model on disk, as the engine is asked to load it."""
+
+    path: Path  # a .gguf file (first shard for split GGUFs) or a model directory
+    format: ModelFormat
+    name: str  # the default model id clients see
+    quant: str | None = None  # "Q4_K_M", "4bit", "4.0bpw"
+    catalog_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the server needs to know about a loaded model."""
+
+    id: str
+    engine: str
+    engine_version: str
+    path: str
+    format: ModelFormat
+    architecture: str
+    context_length: int  # the context the server will allow (n_ctx per sequence)
+    train_context_length: int
+    vocab_size: int
+    quant: str | None
+    chat_template: str | None  # the model's own Jinja template, if it has one
+    bos_token: str | None
+    eos_token: str | None
+    eos_token_ids: tuple[int, ...]
+    add_bos_token: bool
+    can_embed: bool
+    parallel: int
+    extra: dict[str, Any] = field(default_factory=dict)  # engine-specific facts for /v1/models
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """Constrained decoding requested by the server; each engine compiles it its own way.
+
+    kind "json_schema": `schema` is a JSON Schema the output must match.
+    kind "json_object": any JSON object.
+    kind "regex" / "grammar_gbnf": raw grammars where an engine supports them.
+    `prefix_text`: literal text the output must start with before the constrained part
+    (used for tool calls rendered as e.g. `<tool_call>{...}</tool_call>`).
+    """
+
+    kind: Literal["json_schema", "json_object", "regex", "grammar_gbnf"]
+    schema: dict[str, Any] | None = None
+    pattern: str | None = None
+    prefix_text: str = ""
+    suffix_text: str = ""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling, mapped by each engine onto its sampler chain."""
+
+    temperature: float = 0.8
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    min_p: float = 0.0
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repeat_penalty: float = 1.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass
+class GenerationRequest:
+    """One request handed to the engine: prompt tokens in, tokens out."""
+
+    prompt_tokens: list[int]
+    max_tokens: int
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    constraint: Constraint | None = None
+    logprobs: int | None = None  # None = off; N = also return the top-N alternatives
+    ignore_eos: bool = False
+    request_id: str = ""
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """Log-probability of a produced token, with the top alternatives when asked."""
+
+    token_id: int
+    text: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+
+@dataclass(frozen=True)
+class GenerationEvent:
+    """A step of generation. `text` is the decoded piece (UTF-8 safe: partial characters are held back).
+
+    The last event has `finish_reason` set and carries the usage counts.
+    """
+
+    token_ids: tuple[int, ...] = ()
+    text: str = ""
+    logprobs: tuple[TokenLogprob, ...] = ()
+    finish_reason: FinishReason | None = None
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0  # prompt tokens served from the prefix cache
+    completion_tokens: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """Live numbers the server exports in /metrics."""
+
+    requests_running: int = 0
+    requests_waiting: int = 0
+    kv_cache_used_tokens: int = 0
+    kv_cache_total_tokens: int = 0
+    prefix_cache_hits: int = 0
+    prefix_cache_misses: int = 0
+    prefix_cache_hit_tokens: int = 0
+    memory: dict[str, int] = field(default_factory=dict)  # engine-specific: {"mlx_active": ..., ...}
+
+
+class QueueFullError(Exception):
+    """Raised by `generate` when the engine's wait queue is full (the server answers 429)."""
+
+    def __init__(self, retry_after_s: float = 1.0) -> None:
+        super().__init__("too many requests waiting")
+        self.retry_after_s = retry_after_s
+
+
+class LoadedModel(Protocol):
+    """A model loaded by an engine and ready to generate."""
+
+    info: ModelInfo
+
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        """Text to token ids (special-token text like `<|im_end|>` parsed when `parse_special`)."""
+        ...
+
+    def detokenize(self, tokens: list[int]) -> str:
+        """Token ids back to text."""
+        ...
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
+        """Stream events for one request; raises QueueFullError when the queue is full."""
+        ...
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        """Embeddings for each text; raises EngineError if the model cannot embed."""
+        ...
+
+    def stats(self) -> EngineStats:
+        """Live numbers for /metrics (cheap; called from the event loop)."""
+        ...
+
+    def close(self) -> None:
+        """Stop generation threads and free the model."""
+        ...
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """An inference runtime the launcher can drive. Registered in `engines.registry`."""
+
+    name: str
+    formats: tuple[ModelFormat, ...]
+
+    def availability(self, machine: Machine) -> Availability:
+        """Installed? Usable on this machine? If not, why, in words a user understands."""
+        ...
+
+    def load(self, model: LocalModel, config: ServeConfig) -> LoadedModel:
+        """Load the model; raises ModelError/EngineError subclasses with clear messages."""
+        ...

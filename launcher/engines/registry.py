@@ -1,0 +1,56 @@
+"""Engine registry. Built-in engines register through the same path a third-party one would.
+
+Engines are registered as factories so that importing the registry never imports a runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib import import_module
+
+from launcher.core.errors import EngineUnavailableError
+from launcher.engines.base import Engine
+
+EngineFactory = Callable[[], Engine]
+
+_factories: dict[str, EngineFactory] = {}
+
+
+def register(name: str, factory: EngineFactory) -> None:
+    """Add (or replace) an engine factory under `name`."""
+    _factories[name] = factory
+
+
+def unregister(name: str) -> None:
+    """Remove an engine (tests that register fakes always unregister them)."""
+    _factories.pop(name, None)
+
+
+def names() -> list[str]:
+    """Registered engine names, in registration order."""
+    return list(_factories)
+
+
+def get(name: str) -> Engine:
+    """Instantiate the engine called `name`."""
+    try:
+        factory = _factories[name]
+    except KeyError:
+        known = ", ".join(_factories) or "none"
+        raise EngineUnavailableError(f"Unknown engine {name!r}. Known engines: {known}.") from None
+    return factory()
+
+
+def _builtin(module: str, attr: str) -> EngineFactory:
+    def factory() -> Engine:
+        engine: Engine = getattr(import_module(module), attr)()
+        return engine
+
+    return factory
+
+
+# Each adapter module imports its runtime lazily inside `load`/`availability`.
+register("llamacpp", _builtin("launcher.engines.llamacpp.engine", "LlamaCppEngine"))
+register("mlx", _builtin("launcher.engines.mlx.engine", "MlxEngine"))
+register("exllamav3", _builtin("launcher.engines.exllamav3.engine", "ExLlamaV3Engine"))
+register("exllamav2", _builtin("launcher.engines.exllamav2.engine", "ExLlamaV2Engine"))
