@@ -1,0 +1,51 @@
+"""Workload prompts are deterministic, sized in tokens, and shaped as DOMAIN.md section 5 asks."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.bench.workloads import WORKLOAD_NAMES, WorkloadSettings, build_workloads
+
+
+def test_same_seed_same_prompts_other_seed_other_prompts() -> None:
+    first = build_workloads(WORKLOAD_NAMES, WorkloadSettings(seed=1))
+    again = build_workloads(WORKLOAD_NAMES, WorkloadSettings(seed=1))
+    other = build_workloads(WORKLOAD_NAMES, WorkloadSettings(seed=2))
+    assert first == again
+    assert first[0].phases[0].requests != other[0].phases[0].requests
+
+
+def test_prompt_lengths_follow_tokens_per_word() -> None:
+    settings = WorkloadSettings(long_prompt_tokens=1500, tokens_per_word=1.5, requests=2)
+    (long,) = build_workloads(("long",), settings)
+    words = len(long.phases[0].requests[0].messages[0]["content"].split())
+    assert 1000 <= words <= 1030  # 1500 / 1.5 words of notes plus the question
+
+
+def test_prefix_pairs_share_the_system_prompt_and_differ_in_the_question() -> None:
+    (prefix,) = build_workloads(("prefix",), WorkloadSettings(prefix_pairs=2))
+    assert len(prefix.phases) == 2
+    for phase in prefix.phases:
+        cold, warm = phase.requests
+        assert phase.sequential
+        assert cold.messages[0] == warm.messages[0]
+        assert cold.messages[1] != warm.messages[1]
+    assert prefix.phases[0].requests[0].messages[0] != prefix.phases[1].requests[0].messages[0]
+
+
+def test_sweep_has_one_phase_per_level_with_at_least_that_many_requests() -> None:
+    (sweep,) = build_workloads(("sweep",), WorkloadSettings(concurrency=(1, 4, 8), requests=4))
+    assert [(p.concurrency, len(p.requests)) for p in sweep.phases] == [(1, 4), (4, 4), (8, 8)]
+
+
+def test_json_workload_asks_for_a_schema_and_streams_usage() -> None:
+    (json_workload,) = build_workloads(("json",), WorkloadSettings(requests=1))
+    body = json_workload.phases[0].requests[0].body("m", seed=3)
+    assert body["response_format"]["type"] == "json_schema"
+    assert body["stream"] and body["stream_options"] == {"include_usage": True}
+    assert body["model"] == "m" and body["seed"] == 3
+
+
+def test_unknown_workload_is_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown workload"):
+        build_workloads(("bogus",), WorkloadSettings())
