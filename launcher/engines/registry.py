@@ -10,6 +10,7 @@ from importlib import import_module
 
 from launcher.core.errors import EngineUnavailableError
 from launcher.engines.base import Engine
+from launcher.hardware.machine import Machine
 
 EngineFactory = Callable[[], Engine]
 
@@ -54,3 +55,16 @@ register("llamacpp", _builtin("launcher.engines.llamacpp.engine", "LlamaCppEngin
 register("mlx", _builtin("launcher.engines.mlx.engine", "MlxEngine"))
 register("exllamav3", _builtin("launcher.engines.exllamav3.engine", "ExLlamaV3Engine"))
 register("exllamav2", _builtin("launcher.engines.exllamav2.engine", "ExLlamaV2Engine"))
+
+
+def status_map(machine: Machine) -> dict[str, str | None]:
+    """Engine name -> None when usable on `machine`, else the reason it is not (never raises)."""
+    out: dict[str, str | None] = {}
+    for name in names():
+        try:
+            availability = get(name).availability(machine)
+        except Exception as err:  # an adapter that fails to import is reported, not fatal
+            out[name] = f"not available: {err}"
+            continue
+        out[name] = None if availability.usable else availability.reason
+    return out

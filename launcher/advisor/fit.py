@@ -1,0 +1,239 @@
+"""Memory fit: will this model, at this context and concurrency, load on this machine, and where?
+
+Follows DOMAIN.md section 3:
+    weights  = total_params * bits_per_weight / 8          (all experts for MoE)
+    kv_cache = 2 * layers * kv_heads * head_dim * context * bytes_per_elem * parallel
+               (sliding-window layers keep only the window)
+    overhead = runtime + compute buffers + a safety margin
+A discrete GPU must hold its share within its *free* VRAM; Apple GPUs may only wire part of
+unified memory; what does not fit on GPUs goes to system RAM layer by layer (llama.cpp offload).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from launcher.catalog.schema import Architecture
+from launcher.core.units import GIB, MIB, format_bytes
+from launcher.hardware.machine import Machine
+
+Verdict = Literal["full_gpu", "unified", "partial", "cpu", "wont_fit"]
+KvType = Literal["f16", "q8_0", "q4_0"]
+
+VERDICT_LABELS: dict[str, str] = {
+    "full_gpu": "full GPU",
+    "unified": "fits in unified memory",
+    "partial": "partial offload",
+    "cpu": "CPU only",
+    "wont_fit": "will not fit",
+}
+
+KV_BYTES_PER_ELEMENT: dict[str, float] = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
+
+CUDA_RUNTIME_BYTES = 400 * MIB  # CUDA context + cuBLAS workspaces per card
+METAL_RUNTIME_BYTES = 256 * MIB
+CPU_RESERVE_BYTES = 1 * GIB  # keep this much RAM for the OS, the app and the desktop
+SAFETY_MARGIN = 0.05  # of weights + KV: allocator fragmentation, graph growth
+UBATCH_TOKENS = 512
+
+
+@dataclass(frozen=True)
+class DeviceFit:
+    """One memory pool's share of the load."""
+
+    device: str
+    weights: int
+    kv_cache: int
+    overhead: int
+    free: int
+    total: int
+
+    @property
+    def used(self) -> int:
+        """Bytes this device must hold."""
+        return self.weights + self.kv_cache + self.overhead
+
+    @property
+    def fits(self) -> bool:
+        """True when the share fits in the free memory."""
+        return self.used <= self.free
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """The verdict, the breakdown per device, and what to change when it does not fit."""
+
+    verdict: Verdict
+    devices: tuple[DeviceFit, ...]
+    gpu_layers: int  # layers on the GPU(s); 0 for CPU only; all layers for full_gpu/unified
+    total_layers: int
+    weights_bytes: int
+    kv_bytes: int
+    overhead_bytes: int
+    context: int
+    parallel: int
+    kv_type: KvType
+    advice: tuple[str, ...] = ()
+
+    @property
+    def needed_bytes(self) -> int:
+        """Total bytes the load needs, all devices together."""
+        return self.weights_bytes + self.kv_bytes + self.overhead_bytes
+
+    @property
+    def fits(self) -> bool:
+        """True unless the verdict is wont_fit."""
+        return self.verdict != "wont_fit"
+
+    @property
+    def label(self) -> str:
+        """The verdict in words ("partial offload (30/48 layers)")."""
+        base = VERDICT_LABELS[self.verdict]
+        if self.verdict == "partial":
+            return f"{base} ({self.gpu_layers}/{self.total_layers} layers on GPU)"
+        return base
+
+    def breakdown(self) -> str:
+        """One line per device: weights | KV | overhead | free."""
+        lines = []
+        for dev in self.devices:
+            lines.append(
+                f"{dev.device}: weights {format_bytes(dev.weights)} | KV {format_bytes(dev.kv_cache)} | "
+                f"overhead {format_bytes(dev.overhead)} | free {format_bytes(dev.free)}"
+                + ("" if dev.fits else "  (over)")
+            )
+        return "\n".join(lines)
+
+
+def weights_bytes(arch: Architecture, bits_per_weight: float) -> int:
+    """Bytes of weights at this quant (all experts for MoE)."""
+    return int(arch.params_total_b * 1e9 * bits_per_weight / 8)
+
+
+def kv_cache_bytes(arch: Architecture, context: int, parallel: int = 1, kv_type: KvType = "f16",
+                   sliding_window_aware: bool = True) -> int:
+    """KV cache bytes for `parallel` sequences of `context` tokens (sliding layers keep only the window)."""
+    per_token_per_layer = 2 * arch.kv_heads * arch.head_dim * KV_BYTES_PER_ELEMENT[kv_type]
+    if sliding_window_aware and arch.sliding_window and arch.full_attention_layers is not None:
+        full = arch.full_attention_layers
+        sliding = arch.layers - full
+        window = min(arch.sliding_window, context)
+        tokens_layers = full * context + sliding * window
+    else:
+        tokens_layers = arch.layers * context
+    return int(per_token_per_layer * tokens_layers * parallel)
+
+
+def _compute_buffer_bytes(arch: Architecture) -> int:
+    # Logits for one micro-batch dominate for big vocabularies; activations scale with hidden size.
+    # Vocabulary is not in the catalog: ~150k is typical of current models (Qwen 152k, Llama 128k, Gemma 262k).
+    vocab = 150_000
+    return int(UBATCH_TOKENS * (vocab * 4 + arch.hidden_size * 4 * 8))
+
+
+def fit_model(
+    machine: Machine,
+    arch: Architecture,
+    weights: int,
+    *,
+    context: int,
+    parallel: int = 1,
+    kv_type: KvType = "f16",
+    use_gpu: bool = True,
+    allow_offload: bool = True,
+    sliding_window_aware: bool = True,
+) -> FitResult:
+    """Decide where the model goes: all on GPU(s), unified memory, partly offloaded, CPU, or nowhere.
+
+    `allow_offload=False` is for engines that cannot split a model between GPU and CPU
+    (ExLlama, MLX): then it is full GPU or will not fit.
+    """
+    kv = kv_cache_bytes(arch, context, parallel, kv_type, sliding_window_aware)
+    compute = _compute_buffer_bytes(arch)
+    margin = int(SAFETY_MARGIN * (weights + kv))
+    ram_free = max(0, machine.memory.available - CPU_RESERVE_BYTES)
+    base = FitResult(
+        verdict="wont_fit", devices=(), gpu_layers=0, total_layers=arch.layers, weights_bytes=weights,
+        kv_bytes=kv, overhead_bytes=compute + margin, context=context, parallel=parallel, kv_type=kv_type,
+    )
+
+    if use_gpu and machine.apple is not None:
+        return _fit_apple(machine, base, compute + margin + METAL_RUNTIME_BYTES, ram_free, allow_offload)
+    gpus = machine.nvidia_gpus or tuple(g for g in machine.gpus if g.vendor in ("amd", "intel"))
+    if use_gpu and gpus:
+        return _fit_discrete(machine, base, compute, margin, ram_free, allow_offload)
+    cpu = DeviceFit("CPU RAM", weights, kv, compute + margin, ram_free, machine.memory.total)
+    verdict: Verdict = "cpu" if cpu.fits else "wont_fit"
+    return replace(base, verdict=verdict, devices=(cpu,), overhead_bytes=cpu.overhead)
+
+
+def _fit_apple(machine: Machine, base: FitResult, overhead: int, ram_free: int, allow_offload: bool) -> FitResult:
+    assert machine.apple is not None
+    # Everything lives in one pool; the GPU may wire at most the limit, and only what is free.
+    gpu_free = min(machine.apple.gpu_wired_limit, machine.memory.available)
+    pool = DeviceFit(
+        f"{machine.apple.chip} unified memory (GPU limit {format_bytes(machine.apple.gpu_wired_limit)})",
+        base.weights_bytes, base.kv_bytes, overhead, gpu_free, machine.apple.unified_memory,
+    )
+    if pool.fits:
+        return replace(base, verdict="unified", devices=(pool,), gpu_layers=base.total_layers,
+                       overhead_bytes=overhead)
+    if allow_offload:
+        per_layer = (base.weights_bytes + base.kv_bytes) / base.total_layers
+        on_gpu = max(0, min(base.total_layers, math.floor((gpu_free - overhead) / per_layer)))
+        rest = base.total_layers - on_gpu
+        cpu_share = int(per_layer * rest)
+        if on_gpu > 0 and pool.used <= ram_free + overhead:
+            devices = (
+                replace(pool, weights=int(base.weights_bytes * on_gpu / base.total_layers),
+                        kv_cache=int(base.kv_bytes * on_gpu / base.total_layers)),
+                DeviceFit("CPU side of unified memory", cpu_share, 0, 0, max(0, ram_free - gpu_free),
+                          machine.apple.unified_memory),
+            )
+            return replace(base, verdict="partial", devices=devices, gpu_layers=on_gpu, overhead_bytes=overhead)
+    return replace(base, verdict="wont_fit", devices=(pool,), overhead_bytes=overhead)
+
+
+def _fit_discrete(machine: Machine, base: FitResult, compute: int, margin: int, ram_free: int,
+                  allow_offload: bool) -> FitResult:
+    gpus = machine.nvidia_gpus or tuple(g for g in machine.gpus if g.vendor in ("amd", "intel"))
+    n = len(gpus)
+    per_card_overhead = CUDA_RUNTIME_BYTES + compute // n + margin // n
+    usable = [max(0, g.memory_free - per_card_overhead) for g in gpus]
+    total_usable = sum(usable)
+    layers = base.total_layers
+    per_layer = (base.weights_bytes + base.kv_bytes) / layers
+    overhead_total = per_card_overhead * n
+
+    def split(layer_count: int) -> tuple[DeviceFit, ...]:
+        # Layers go to cards in proportion to their free memory (llama.cpp's and ExLlama's auto split).
+        shares = [u / total_usable if total_usable else 0 for u in usable]
+        return tuple(
+            DeviceFit(
+                f"GPU {g.index}: {g.name}",
+                int(base.weights_bytes * layer_count / layers * share),
+                int(base.kv_bytes * layer_count / layers * share),
+                per_card_overhead,
+                g.memory_free,
+                g.memory_total,
+            )
+            for g, share in zip(gpus, shares, strict=True)
+        )
+
+    if base.weights_bytes + base.kv_bytes <= total_usable:
+        return replace(base, verdict="full_gpu", devices=split(layers), gpu_layers=layers,
+                       overhead_bytes=overhead_total)
+    on_gpu = max(0, min(layers, math.floor(total_usable / per_layer))) if allow_offload else 0
+    cpu_weights = int(base.weights_bytes * (layers - on_gpu) / layers)
+    cpu_kv = int(base.kv_bytes * (layers - on_gpu) / layers)
+    cpu = DeviceFit("CPU RAM", cpu_weights, cpu_kv, compute, ram_free, machine.memory.total)
+    if not allow_offload:
+        return replace(base, verdict="wont_fit", devices=split(layers), overhead_bytes=overhead_total)
+    if on_gpu == 0:
+        verdict: Verdict = "cpu" if cpu.fits else "wont_fit"
+        return replace(base, verdict=verdict, devices=(cpu,), overhead_bytes=compute + margin)
+    verdict = "partial" if cpu.fits else "wont_fit"
+    return replace(base, verdict=verdict, devices=(*split(on_gpu), cpu), gpu_layers=on_gpu,
+                   overhead_bytes=overhead_total + compute)

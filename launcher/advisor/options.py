@@ -1,0 +1,123 @@
+"""Candidate (engine, format, quant) options for a catalog model, each fitted and timed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from launcher.advisor.fit import FitResult, KvType, fit_model, weights_bytes
+from launcher.advisor.speed import SpeedEstimate, estimate_speed
+from launcher.advisor.tables import bits_per_weight
+from launcher.catalog.schema import CatalogModel
+from launcher.hardware.machine import Machine
+
+ENGINE_LABELS = {
+    "llamacpp": "llama.cpp",
+    "mlx": "MLX (mlx-lm)",
+    "exllamav3": "ExLlamaV3",
+    "exllamav2": "ExLlamaV2",
+    "vllm": "vLLM / SGLang",
+}
+FORMAT_LABELS = {"gguf": "GGUF", "mlx": "MLX", "exl3": "EXL3", "exl2": "EXL2", "fp8": "FP8", "awq": "AWQ"}
+LAUNCHABLE_ENGINES = ("llamacpp", "mlx", "exllamav3", "exllamav2")
+
+EngineStatus = Mapping[str, str | None]
+"""Engine name -> None when usable here, else the reason it is not (from the engine registry)."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way to run the model here, with its fit and speed."""
+
+    engine: str
+    format: str
+    quant: str
+    bits_per_weight: float
+    weights_bytes: int
+    fit: FitResult
+    speed: SpeedEstimate
+    source: str  # "unsloth/Qwen3-8B-GGUF:Qwen3-8B-Q4_K_M.gguf", "turboderp/Qwen3-8B-exl3@4.0bpw"
+    launchable: bool = True  # False for hand-offs (vLLM) the launcher does not run itself
+    unavailable_reason: str | None = None  # engine not installed / not usable here
+
+    @property
+    def label(self) -> str:
+        """'llama.cpp + GGUF Q4_K_M'."""
+        return f"{ENGINE_LABELS.get(self.engine, self.engine)} + {FORMAT_LABELS.get(self.format, self.format)} {self.quant}"
+
+    @property
+    def runnable_here(self) -> bool:
+        """The launcher can serve this option on this machine right now."""
+        return self.launchable and self.unavailable_reason is None and self.fit.fits
+
+
+def _source(model: CatalogModel, fmt: str, quant: str) -> str:
+    if fmt == "gguf" and model.gguf:
+        return f"{model.gguf.repo}:{model.gguf.quants[quant].files[0]}"
+    if fmt == "mlx":
+        return model.mlx[quant].repo
+    if fmt in ("exl3", "exl2"):
+        variant = (model.exl3 if fmt == "exl3" else model.exl2)[quant]
+        return f"{variant.repo}@{variant.revision}"
+    return model.upstream_repo
+
+
+def _recorded_size(model: CatalogModel, fmt: str, quant: str) -> int | None:
+    if fmt == "gguf" and model.gguf:
+        return model.gguf.quants[quant].size_bytes
+    table = {"mlx": model.mlx, "exl3": model.exl3, "exl2": model.exl2}.get(fmt, {})
+    return table[quant].size_bytes if quant in table else None
+
+
+def build_option(machine: Machine, model: CatalogModel, engine: str, fmt: str, quant: str, *, context: int,
+                 parallel: int, kv_type: KvType = "f16", status: EngineStatus | None = None) -> Option:
+    """Fit and time one (engine, format, quant) for `model` on `machine`."""
+    table_format = "vllm" if engine == "vllm" else fmt
+    bpw = bits_per_weight(table_format, quant)
+    weights = _recorded_size(model, fmt, quant) or weights_bytes(model.architecture, bpw)
+    on_gpu = engine != "llamacpp" or bool(machine.gpus) or machine.apple is not None
+    fit = fit_model(
+        machine, model.architecture, weights, context=context, parallel=parallel, kv_type=kv_type,
+        use_gpu=on_gpu, allow_offload=engine == "llamacpp",
+        sliding_window_aware=engine in ("llamacpp", "mlx", "vllm"),
+    )
+    tensor_parallel = engine in ("exllamav3", "vllm") and len(machine.nvidia_gpus) > 1
+    speed = estimate_speed(machine, model.architecture, bpw, fit, tensor_parallel=tensor_parallel)
+    reason = None
+    if engine in LAUNCHABLE_ENGINES and status is not None:
+        reason = status.get(engine, "not registered")
+    return Option(
+        engine=engine, format=fmt, quant=quant, bits_per_weight=bpw, weights_bytes=weights, fit=fit,
+        speed=speed, source=_source(model, fmt, quant), launchable=engine in LAUNCHABLE_ENGINES,
+        unavailable_reason=reason,
+    )
+
+
+def is_datacenter(machine: Machine) -> bool:
+    """A server node (HBM datacenter GPUs, or many big cards) rather than a desktop."""
+    datacenter_names = ("H100", "H200", "H20", "A100", "B100", "B200", "GB200", "L40", "MI300", "MI250")
+    big_cards = [g for g in machine.gpus if g.memory_total >= 40 * 1024**3]
+    return any(n in g.name for g in machine.gpus for n in datacenter_names) or len(big_cards) >= 4
+
+
+def candidate_options(machine: Machine, model: CatalogModel, *, context: int, parallel: int,
+                      status: EngineStatus | None = None, team: bool = False) -> list[Option]:
+    """Every option worth considering for this machine (engines that cannot run here are left out)."""
+    specs: list[tuple[str, str, str]] = []
+    nvidia = machine.nvidia_gpus
+    min_cc = min((g.compute_capability or (0, 0) for g in nvidia), default=(0, 0))
+    if model.gguf:
+        specs += [("llamacpp", "gguf", q) for q in model.gguf.quants]
+    if machine.apple is not None:
+        specs += [("mlx", "mlx", q) for q in model.mlx]
+    if nvidia and min_cc >= (8, 0):
+        specs += [("exllamav3", "exl3", q) for q in model.exl3]
+    if nvidia:
+        specs += [("exllamav2", "exl2", q) for q in model.exl2]
+    if nvidia and (team or is_datacenter(machine)):
+        fp8 = min_cc >= (8, 9)
+        specs += [("vllm", "fp8" if fp8 else "awq", "FP8" if fp8 else "AWQ"), ("vllm", "bf16", "BF16")]
+    return [
+        build_option(machine, model, engine, fmt, quant, context=context, parallel=parallel, status=status)
+        for engine, fmt, quant in specs
+    ]

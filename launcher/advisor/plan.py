@@ -1,0 +1,82 @@
+"""Serve plans for a model already on disk: which engine, how many GPU layers, what context.
+
+`launcher serve` calls this when the user did not pin the engine, layers or context. It works
+for any model, catalog or not, from the architecture numbers read out of the file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from launcher.advisor.fit import FitResult, KvType, fit_model
+from launcher.advisor.options import ENGINE_LABELS, EngineStatus
+from launcher.catalog.schema import Architecture
+from launcher.hardware.machine import Machine
+
+ENGINES_FOR_FORMAT: dict[str, tuple[str, ...]] = {
+    "gguf": ("llamacpp",),
+    "mlx": ("mlx",),
+    "exl3": ("exllamav3",),
+    "exl2": ("exllamav2",),
+}
+DEFAULT_SERVE_CONTEXT = 32768
+MIN_SERVE_CONTEXT = 2048
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    """What `launcher serve` will do, and why."""
+
+    engine: str
+    reason: str
+    gpu_layers: int  # -1 = all
+    context: int
+    fit: FitResult
+
+
+def plan_local(machine: Machine, fmt: str, arch: Architecture, weights: int, *, context: int | None = None,
+               parallel: int = 1, engine: str | None = None, status: EngineStatus | None = None,
+               kv_type: KvType = "f16") -> ServePlan:
+    """Plan a serve of a local model in format `fmt` with architecture `arch` and `weights` bytes on disk.
+
+    The engine follows the format (quant formats need the engine with kernels for them); the
+    context is the asked one, or the largest of 32k/16k/8k/... (up to the model's own limit) whose
+    KV cache fits; GPU layers come from the fit.
+    """
+    candidates = ENGINES_FOR_FORMAT.get(fmt, ())
+    if engine is None:
+        usable = [e for e in candidates if status is None or status.get(e) is None]
+        engine = (usable or list(candidates) or ["llamacpp"])[0]
+        why = f"{ENGINE_LABELS.get(engine, engine)} runs {fmt.upper()} files"
+        if machine.apple is not None and fmt == "gguf":
+            why += " (Metal on Apple Silicon; MLX needs MLX-format weights)"
+        elif machine.nvidia_gpus and fmt == "gguf":
+            why += " (CUDA with CPU offload when needed)"
+        elif not machine.gpus and machine.apple is None:
+            why += " on the CPU"
+    else:
+        why = f"{ENGINE_LABELS.get(engine, engine)} chosen with --engine"
+    if status is not None and status.get(engine):
+        why += f"; but it is not usable here: {status[engine]}"
+
+    use_gpu = bool(machine.gpus) or machine.apple is not None
+    allow_offload = engine == "llamacpp"
+    if context is not None:
+        contexts = [context]
+    else:
+        limit = min(arch.max_context, DEFAULT_SERVE_CONTEXT)
+        contexts = [c for c in (limit, 16384, 8192, 4096, MIN_SERVE_CONTEXT) if c <= limit] or [limit]
+    fit = None
+    for ctx in contexts:
+        fit = fit_model(machine, arch, weights, context=ctx, parallel=parallel, kv_type=kv_type, use_gpu=use_gpu,
+                        allow_offload=allow_offload)
+        if fit.fits:
+            break
+    assert fit is not None
+    if fit.verdict in ("full_gpu", "unified"):
+        gpu_layers = -1
+    else:
+        gpu_layers = fit.gpu_layers
+    if context is None and fit.context < contexts[0]:
+        why += f"; context {fit.context} so the KV cache fits"
+    return ServePlan(engine=engine, reason=why, gpu_layers=gpu_layers, context=fit.context, fit=fit)

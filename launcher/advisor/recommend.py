@@ -1,0 +1,232 @@
+"""Engine + format + quant + context choice for a catalog model (DOMAIN.md section 1).
+
+Order of thought, as the domain notes ask: machine -> what fits -> what is fast -> engine.
+- Team / many users, or a datacenter node: vLLM or SGLang (a hand-off; the launcher does not run them).
+- Apple Silicon: MLX when it fits in the GPU's share of unified memory; llama.cpp (Metal) otherwise.
+- NVIDIA, compute capability >= 8.0, model fits in VRAM: ExLlamaV3 + EXL3.
+- NVIDIA older than Ampere: EXL2 (legacy, archived upstream) when it fits, else GGUF.
+- Anything needing CPU offload, non-NVIDIA GPUs, CPU-only: llama.cpp + GGUF.
+Within a format the quant is the highest-quality one up to ~6.6 bits that fits fully; below
+~3.5 bits quality drops noticeably, so those are picked only when nothing else fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from launcher.advisor.fit import VERDICT_LABELS
+from launcher.advisor.options import (
+    ENGINE_LABELS,
+    EngineStatus,
+    Option,
+    build_option,
+    candidate_options,
+    is_datacenter,
+)
+from launcher.catalog.schema import CatalogModel
+from launcher.core.errors import CatalogError
+from launcher.core.units import format_bytes
+from launcher.hardware.machine import Machine
+
+DEFAULT_CONTEXT = 32768  # coding agents (Claude Code) need >= 25-32k
+FALLBACK_CONTEXTS = (32768, 16384, 8192, 4096)
+QUALITY_CEILING_BPW = 6.7  # above this, more bits cost speed for little quality
+QUALITY_FLOOR_BPW = 3.5
+TEAM_USERS = 8
+
+_VERDICT_RANK = {"full_gpu": 0, "unified": 0, "cpu": 1, "partial": 2, "wont_fit": 9}
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The advisor's answer for one model on one machine."""
+
+    model_id: str
+    model_name: str
+    context: int
+    users: int
+    choice: Option
+    reasons: tuple[str, ...]
+    alternatives: tuple[Option, ...]
+
+    @property
+    def fits(self) -> bool:
+        """True when the chosen option loads here."""
+        return self.choice.fit.fits
+
+
+def _quality_key(option: Option) -> tuple[int, float]:
+    # Prefer the sweet spot (3.5..6.7 bpw, highest first), then lower-quality quants, then bigger ones.
+    bpw = option.bits_per_weight
+    if QUALITY_FLOOR_BPW <= bpw <= QUALITY_CEILING_BPW:
+        return (0, -bpw)
+    if bpw < QUALITY_FLOOR_BPW:
+        return (1, -bpw)
+    return (2, bpw)
+
+
+def _best(options: list[Option], verdicts: tuple[str, ...]) -> Option | None:
+    fitting = [o for o in options if o.fit.verdict in verdicts]
+    return min(fitting, key=_quality_key) if fitting else None
+
+
+def _pick(machine: Machine, options: list[Option], team: bool) -> tuple[Option | None, list[str]]:
+    by_engine = {e: [o for o in options if o.engine == e] for e in ENGINE_LABELS}
+    reasons: list[str] = []
+    if team or is_datacenter(machine):
+        pick = _best(by_engine["vllm"], ("full_gpu",))
+        if pick:
+            why = "many users share it" if team else "this is a datacenter GPU node"
+            reasons.append(
+                f"vLLM or SGLang, because {why}: continuous batching, paged KV and tensor parallelism serve a team "
+                "better than a desktop engine. The launcher hands off here: run `vllm serve "
+                f"{pick.source} --tensor-parallel-size {max(1, len(machine.nvidia_gpus))}`."
+            )
+            return pick, reasons
+    if machine.apple is not None:
+        pick = _best(by_engine["mlx"], ("unified",))
+        if pick:
+            reasons.append("Apple Silicon: MLX runs on the GPU with unified memory and is the fastest engine on Macs.")
+            return pick, reasons
+        if by_engine["mlx"]:
+            reasons.append("No MLX quant fits in the GPU's share of unified memory, so llama.cpp (Metal) is used.")
+        else:
+            reasons.append("This model has no MLX weights in the catalog; llama.cpp with Metal runs the GGUF.")
+    nvidia = machine.nvidia_gpus
+    if nvidia:
+        min_cc = min(g.compute_capability or (0, 0) for g in nvidia)
+        pick = _best(by_engine["exllamav3"], ("full_gpu",))
+        if pick:
+            split = f" split over {len(nvidia)} GPUs (tensor parallel)" if len(nvidia) > 1 else ""
+            reasons.append(
+                f"NVIDIA compute capability {min_cc[0]}.{min_cc[1]} and the model fits entirely in VRAM{split}: "
+                "ExLlamaV3 with EXL3 is the fastest quantized CUDA engine."
+            )
+            return pick, reasons
+        if min_cc < (8, 0):
+            reasons.append(
+                f"Compute capability {min_cc[0]}.{min_cc[1]} is below 8.0 (pre-Ampere): ExLlamaV3/EXL3 cannot run here."
+            )
+            pick = _best(by_engine["exllamav2"], ("full_gpu",))
+            if pick:
+                reasons.append("ExLlamaV2 + EXL2 still runs on this card (legacy: archived upstream).")
+                return pick, reasons
+        elif by_engine["exllamav3"]:
+            reasons.append("No EXL3 quant fits entirely in VRAM, and ExLlama cannot offload to CPU: using GGUF.")
+        else:
+            reasons.append("No EXL3 weights in the catalog for this model: using GGUF with llama.cpp (CUDA).")
+    elif machine.gpus:
+        reasons.append("GPU is not NVIDIA: llama.cpp (Vulkan/HIP/SYCL) with GGUF is the portable choice.")
+    gguf = by_engine["llamacpp"]
+    for verdicts in (("full_gpu", "unified"), ("cpu",), ("partial",)):
+        pick = _best(gguf, verdicts)
+        if pick:
+            if pick.fit.verdict == "partial":
+                reasons.append(
+                    f"Only {pick.fit.gpu_layers} of {pick.fit.total_layers} layers fit on the GPU: llama.cpp offloads "
+                    "the rest to CPU RAM (slower, but it runs)."
+                )
+            elif pick.fit.verdict == "cpu":
+                reasons.append("CPU only: llama.cpp with a GGUF K-quant uses AVX2/AVX512/NEON kernels.")
+            return pick, reasons
+    return None, reasons
+
+
+def _advice(machine: Machine, model: CatalogModel, option: Option, context: int, users: int,
+            status: EngineStatus | None) -> tuple[str, ...]:
+    """What to change to make a non-fitting option fit."""
+    fit = option.fit
+    free = sum(d.free for d in fit.devices)
+    lines = [f"needs {format_bytes(fit.needed_bytes)}, {format_bytes(free)} free"]
+    smaller = [q for q in (model.quants(option.format) if option.format in ("gguf", "mlx", "exl3", "exl2") else [])
+               if q != option.quant]
+    for quant in smaller:
+        alt = build_option(machine, model, option.engine, option.format, quant, context=context, parallel=users,
+                           status=status)
+        if alt.fit.fits and alt.bits_per_weight < option.bits_per_weight:
+            lines.append(f"use {quant}")
+            break
+    for smaller_context in (c for c in FALLBACK_CONTEXTS if c < context):
+        alt = build_option(machine, model, option.engine, option.format, option.quant, context=smaller_context,
+                           parallel=users, status=status)
+        if alt.fit.fits:
+            lines.append(f"or context {smaller_context // 1024}k")
+            break
+    alt = build_option(machine, model, option.engine, option.format, option.quant, context=context, parallel=users,
+                       kv_type="q8_0", status=status)
+    if alt.fit.fits and option.engine == "llamacpp":
+        lines.append("or a q8_0 KV cache")
+    if len(lines) == 1:
+        lines.append("no quant or context in the catalog fits this machine; pick a smaller model")
+    return (lines[0] + ": " + ", ".join(lines[1:]),)
+
+
+def recommend(machine: Machine, model: CatalogModel, *, context: int | None = None, users: int = 1,
+              status: EngineStatus | None = None) -> Recommendation:
+    """Recommend engine + format + quant + context for `model` on `machine`, with reasons and alternatives.
+
+    `status` maps engine names to None (usable) or the reason they are not; without it every
+    engine is assumed installable, which is right for advice about another machine.
+    """
+    if users < 1:
+        raise CatalogError("users must be at least 1")
+    team = users >= TEAM_USERS
+    contexts = [context] if context else [c for c in FALLBACK_CONTEXTS if c <= model.architecture.max_context] or [
+        model.architecture.max_context]
+    chosen: Option | None = None
+    options: list[Option] = []
+    reasons: list[str] = []
+    used_context = contexts[0]
+    for ctx in contexts:
+        options = candidate_options(machine, model, context=ctx, parallel=users, status=status, team=team)
+        if not options:
+            raise CatalogError(f"{model.name} has no weights in a format this machine can run.")
+        chosen, reasons = _pick(machine, options, team)
+        used_context = ctx
+        if chosen is not None:
+            break
+    if chosen is None:
+        # Nothing fits at any context: report the smallest quant at the asked/first context, with advice.
+        options = candidate_options(machine, model, context=contexts[0], parallel=users, status=status, team=team)
+        used_context = contexts[0]
+        base = min(options, key=lambda o: o.fit.needed_bytes)
+        chosen = replace(base, fit=replace(base.fit, advice=_advice(machine, model, base, used_context, users,
+                                                                    status)))
+        reasons = [f"Will not fit: {chosen.fit.advice[0]}."]
+    else:
+        if context is None and used_context < contexts[0]:
+            reasons.append(f"Context lowered to {used_context // 1024}k so the KV cache fits.")
+        reasons.append(
+            f"{chosen.quant} ({chosen.bits_per_weight:.1f} bits/weight, {format_bytes(chosen.weights_bytes)}): "
+            f"{VERDICT_LABELS[chosen.fit.verdict]}; {chosen.speed.summary()}."
+        )
+        if model.architecture.is_moe:
+            reasons.append(
+                f"Mixture of experts: all {model.architecture.params_total_b:g}B parameters must fit, but only "
+                f"{model.architecture.params_active_b:g}B are read per token, so it decodes like a small model."
+            )
+        if chosen.unavailable_reason:
+            reasons.append(f"{ENGINE_LABELS[chosen.engine]} is not usable here yet: {chosen.unavailable_reason}.")
+    others = sorted(
+        (o for o in options if o is not chosen),
+        key=lambda o: (_VERDICT_RANK[o.fit.verdict], not o.runnable_here, _quality_key(o), -o.speed.decode_high),
+    )
+    alternatives = _diverse(others)
+    return Recommendation(
+        model_id=model.id, model_name=model.name, context=used_context, users=users, choice=chosen,
+        reasons=tuple(reasons), alternatives=tuple(alternatives),
+    )
+
+
+def _diverse(options: list[Option], limit: int = 6) -> list[Option]:
+    """Top alternatives, at most two per engine so other engines are shown too."""
+    out: list[Option] = []
+    per_engine: dict[str, int] = {}
+    for option in options:
+        if per_engine.get(option.engine, 0) >= 2:
+            continue
+        per_engine[option.engine] = per_engine.get(option.engine, 0) + 1
+        out.append(option)
+        if len(out) == limit:
+            break
+    return out
