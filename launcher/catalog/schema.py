@@ -6,11 +6,43 @@ weights live on the Hugging Face Hub.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 FormatName = Literal["gguf", "mlx", "exl2", "exl3"]
+
+# llama.cpp's file types (`llama-quantize --help`, gguf-py LlamaFileType), the names quant repos
+# use in file names. Unsloth's dynamic quants prefix them with "UD-" (UD-Q4_K_XL is Q4_K_M-like
+# with some tensors kept wider), so that prefix is accepted in front of any of these.
+GGUF_QUANT_TYPES: frozenset[str] = frozenset(
+    {
+        "F32", "F16", "BF16",
+        "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
+        "Q2_K", "Q2_K_S", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K",
+        "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS", "IQ3_XS", "IQ3_S", "IQ3_M",
+        "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0",
+        "MXFP4",
+    }
+)  # fmt: skip
+
+# "-00001-of-00003.gguf": llama.cpp's gguf-split naming; the loader finds the rest from shard 1.
+SPLIT_SHARD = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
+MLX_VARIANT = re.compile(r"^\d+bit$")  # mlx-community style: "4bit", "8bit"
+EXL_VARIANT = re.compile(r"^\d+(\.\d{1,2})?bpw$")  # branch names: "4.0bpw" (turboderp), "4.00bpw" (newer)
+HUB_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def is_gguf_quant_name(name: str) -> bool:
+    """True for a llama.cpp quant type name, optionally with Unsloth's "UD-" prefix."""
+    return name.removeprefix("UD-") in GGUF_QUANT_TYPES
+
+
+def _check_repo(repo: str) -> str:
+    if not HUB_REPO.match(repo):
+        raise ValueError(f"{repo!r} is not a Hugging Face repo id (owner/name)")
+    return repo
 
 
 class GgufQuant(BaseModel):
@@ -19,7 +51,46 @@ class GgufQuant(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     files: list[str] = Field(min_length=1)
-    size_bytes: int | None = Field(None, description="sum of the files, when recorded")
+    size_bytes: int | None = Field(None, gt=0, description="sum of the files, when recorded")
+
+    @model_validator(mode="after")
+    def _files_consistent(self) -> GgufQuant:
+        if any(not f.endswith(".gguf") for f in self.files):
+            raise ValueError(f"GGUF files must end in .gguf: {self.files}")
+        shards = [SPLIT_SHARD.match(f.rsplit("/", 1)[-1]) for f in self.files]
+        if not any(shards):
+            if len(self.files) != 1:
+                raise ValueError(f"several files but no -0000i-of-0000N shard names: {self.files}")
+            return self
+        if not all(shards):
+            raise ValueError(f"split GGUF mixes shard and non-shard names: {self.files}")
+        # A partial shard list would download fine and then fail to load: check it is complete.
+        count = len(self.files)
+        for position, (name, match) in enumerate(zip(self.files, shards, strict=True), start=1):
+            assert match is not None
+            if int(match["count"]) != count or int(match["index"]) != position:
+                raise ValueError(
+                    f"split GGUF shards must be listed 1..{count} of {count} in order; got {name!r} "
+                    f"at position {position}"
+                )
+        stems = {
+            (name.rpartition("/")[0], match["stem"])
+            for name, match in zip(self.files, shards, strict=True)
+            if match
+        }
+        if len(stems) != 1:
+            raise ValueError(f"split GGUF shards belong to different files: {self.files}")
+        return self
+
+    @property
+    def is_split(self) -> bool:
+        """True when the quant is stored as gguf-split shards (load the first one)."""
+        return len(self.files) > 1
+
+    @property
+    def first_file(self) -> str:
+        """The file to hand to llama.cpp (shard 1 of a split)."""
+        return self.files[0]
 
 
 class GgufSource(BaseModel):
@@ -29,7 +100,21 @@ class GgufSource(BaseModel):
 
     repo: str
     revision: str = "main"
-    quants: dict[str, GgufQuant]
+    quants: dict[str, GgufQuant] = Field(min_length=1)
+
+    _repo = field_validator("repo")(_check_repo)
+
+    @field_validator("quants")
+    @classmethod
+    def _quant_names(cls, quants: dict[str, GgufQuant]) -> dict[str, GgufQuant]:
+        unknown = [name for name in quants if not is_gguf_quant_name(name)]
+        if unknown:
+            raise ValueError(f"unknown llama.cpp quant type(s) {unknown}; expected e.g. Q4_K_M, Q8_0")
+        for name, quant in quants.items():
+            # The quant name must appear in its files, or the entry points at the wrong file.
+            if any(name.removeprefix("UD-").lower() not in f.lower() for f in quant.files):
+                raise ValueError(f"quant {name} lists files that do not carry its name: {quant.files}")
+        return quants
 
 
 class MlxVariant(BaseModel):
@@ -39,7 +124,9 @@ class MlxVariant(BaseModel):
 
     repo: str
     revision: str = "main"
-    size_bytes: int | None = None
+    size_bytes: int | None = Field(None, gt=0)
+
+    _repo = field_validator("repo")(_check_repo)
 
 
 class ExlVariant(BaseModel):
@@ -49,7 +136,9 @@ class ExlVariant(BaseModel):
 
     repo: str
     revision: str
-    size_bytes: int | None = None
+    size_bytes: int | None = Field(None, gt=0)
+
+    _repo = field_validator("repo")(_check_repo)
 
 
 class Architecture(BaseModel):
@@ -69,15 +158,23 @@ class Architecture(BaseModel):
     full_attention_layers: int | None = Field(
         None, description="layers keeping the full context when others slide (None: all full)"
     )
-    experts: int | None = None
-    experts_active: int | None = None
+    experts: int | None = Field(None, gt=1, description="routed experts per MoE layer")
+    experts_active: int | None = Field(None, gt=0, description="experts each token is routed to")
 
     @model_validator(mode="after")
     def _consistent(self) -> Architecture:
         if self.params_active_b > self.params_total_b:
-            raise ValueError("params_active_b cannot exceed params_total_b")
+            raise ValueError(
+                f"params_active_b ({self.params_active_b}) cannot exceed "
+                f"params_total_b ({self.params_total_b})"
+            )
         if self.attention_heads % self.kv_heads:
-            raise ValueError("attention_heads must be a multiple of kv_heads (GQA)")
+            raise ValueError(
+                f"attention_heads ({self.attention_heads}) must be a multiple of "
+                f"kv_heads ({self.kv_heads}) (grouped-query attention)"
+            )
+        if self.sliding_window is not None and self.sliding_window <= 0:
+            raise ValueError("sliding_window must be positive (or absent)")
         if self.full_attention_layers is not None:
             if self.sliding_window is None:
                 raise ValueError("full_attention_layers needs sliding_window")
@@ -85,6 +182,18 @@ class Architecture(BaseModel):
                 raise ValueError("full_attention_layers must be within 0..layers")
         if (self.experts is None) != (self.experts_active is None):
             raise ValueError("experts and experts_active go together")
+        if self.experts is not None and self.experts_active is not None:
+            if self.experts_active >= self.experts:
+                raise ValueError(
+                    f"experts_active ({self.experts_active}) must be below experts ({self.experts})"
+                )
+            # A MoE reads only some experts per token, so active params must be below total.
+            if self.params_active_b >= self.params_total_b:
+                raise ValueError("a mixture-of-experts model must have params_active_b < params_total_b")
+        elif self.params_active_b != self.params_total_b:
+            raise ValueError(
+                "a dense model reads all weights per token: params_active_b must equal params_total_b"
+            )
         return self
 
     @property
@@ -100,18 +209,47 @@ class CatalogModel(BaseModel):
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
     name: str
-    family: str = Field(description="chat/tool-call family: qwen3, llama3, gemma3, mistral, gpt-oss, phi4")
+    family: str = Field(
+        description="chat/tool-call family: qwen3, qwen2.5, llama3, gemma3, mistral, gpt-oss, phi4"
+    )
     description: str
     tags: list[str] = Field(default_factory=list)
     license: str
-    gated: bool = False
+    gated: bool = Field(
+        False, description="the weights this entry points at need a Hub login / licence acceptance"
+    )
     upstream_repo: str = Field(description="the original (unquantized) Hugging Face repo")
+    upstream_gated: bool = Field(False, description="the upstream repo is gated (Llama, Gemma)")
     architecture: Architecture
     gguf: GgufSource | None = None
     mlx: dict[str, MlxVariant] = Field(default_factory=dict, description="bit width ('4bit') -> repo")
     exl3: dict[str, ExlVariant] = Field(default_factory=dict, description="bpw ('4.0bpw') -> repo+revision")
     exl2: dict[str, ExlVariant] = Field(default_factory=dict)
     starter: bool = Field(False, description="the embedded default shipped on PyPI")
+
+    _upstream = field_validator("upstream_repo")(_check_repo)
+
+    @field_validator("mlx")
+    @classmethod
+    def _mlx_keys(cls, variants: dict[str, MlxVariant]) -> dict[str, MlxVariant]:
+        bad = [key for key in variants if not MLX_VARIANT.match(key)]
+        if bad:
+            raise ValueError(f"MLX variant keys must look like '4bit' or '8bit', not {bad}")
+        return variants
+
+    @field_validator("exl2", "exl3")
+    @classmethod
+    def _exl_keys(cls, variants: dict[str, ExlVariant]) -> dict[str, ExlVariant]:
+        bad = [key for key in variants if not EXL_VARIANT.match(key)]
+        if bad:
+            raise ValueError(f"EXL variant keys must look like '4.0bpw', not {bad}")
+        return variants
+
+    @model_validator(mode="after")
+    def _has_weights(self) -> CatalogModel:
+        if not self.formats():
+            raise ValueError(f"catalog entry {self.id!r} lists no weights (gguf, mlx, exl2 or exl3)")
+        return self
 
     def formats(self) -> list[FormatName]:
         """Formats this entry has weights for."""
@@ -130,7 +268,12 @@ class CatalogModel(BaseModel):
         """Quant names available in one format."""
         if fmt == "gguf":
             return list(self.gguf.quants) if self.gguf else []
-        return list({"mlx": self.mlx, "exl3": self.exl3, "exl2": self.exl2}[fmt])
+        variants: dict[str, dict[str, MlxVariant] | dict[str, ExlVariant]] = {
+            "mlx": self.mlx,
+            "exl3": self.exl3,
+            "exl2": self.exl2,
+        }
+        return list(variants[fmt])
 
 
 class Catalog(BaseModel):
