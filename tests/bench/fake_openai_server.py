@@ -121,3 +121,9 @@ def serve_fake(state: FakeServerState) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=20)
+
+
+if __name__ == "__main__":  # `python -m tests.bench.fake_openai_server PORT`: the same app as a process
+    import sys
+
+    uvicorn.run(build_app(FakeServerState()), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
