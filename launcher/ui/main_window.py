@@ -1,0 +1,287 @@
+"""The main window: a sidebar of pages, the server process, the metrics poller, and the glue between them.
+
+Pages are views; the window owns the long-lived objects (ServerProcess, MetricsPoller, settings)
+and wires their signals to the pages. `shutdown()` is the one place that stops everything.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QScrollArea,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from launcher.core import settings as settings_store
+from launcher.core.errors import LauncherError
+from launcher.core.settings import Settings, WindowGeometry
+from launcher.hardware.machine import Machine
+from launcher.ui import theme, workers
+from launcher.ui.metrics import LiveSample
+from launcher.ui.metrics_poller import MetricsPoller
+from launcher.ui.panels.gauges import GaugesPanel
+from launcher.ui.panels.logs import LogsPanel
+from launcher.ui.panels.machine import MachinePanel
+from launcher.ui.panels.server import ServerPanel
+from launcher.ui.server_process import ServerEndpoint, ServerOutcome, ServerProcess
+
+log = logging.getLogger(__name__)
+
+
+def _default_probe() -> Machine:
+    from launcher.hardware.probe import probe_machine
+
+    return probe_machine()
+
+
+class MainWindow(QMainWindow):
+    """The app window. `machine` skips the hardware probe (screenshots, tests with recorded machines)."""
+
+    machine_changed = Signal(object)  # Machine
+    exposed = Signal()  # first time the window is shown on screen (startup timing)
+    hidden_to_tray = Signal()  # closed while the tray keeps the server running
+    closed = Signal()  # shut down: the app should quit
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        machine: Machine | None = None,
+        probe: Callable[[], Machine] = _default_probe,
+        save_settings: bool = True,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.settings = settings or Settings()
+        self._save_settings = save_settings
+        self.machine: Machine | None = None
+        self.poller: MetricsPoller | None = None
+        self._exposed = False
+        self._shut_down = False
+        self.quit_on_close = True  # the tray turns this off while it can keep the server running
+        self.setWindowTitle("Launcher")
+        self.setWindowIcon(theme.app_icon())
+
+        self.server = ServerProcess(self)
+        self.server.log_line.connect(self._log_line)
+        self.server.ready.connect(self._server_ready)
+        self.server.finished.connect(self._server_finished)
+        self.server.state_changed.connect(self._server_state)
+
+        self.machine_page = MachinePanel()
+        self.server_panel = ServerPanel(self.server)
+        self.server_panel.load_config(self.settings.serve)
+        self.gauges = GaugesPanel()
+        self.logs_page = LogsPanel()
+
+        self.pages = QStackedWidget()
+        self.nav = QListWidget()
+        self.nav.setObjectName("Nav")
+        self.nav.setAccessibleName("Pages")
+        self.nav.currentRowChanged.connect(self.pages.setCurrentIndex)
+        self._page_index: dict[str, int] = {}
+        self.add_page("server", "Server", self._server_page())
+        self.add_page("machine", "This machine", self.machine_page)
+        self.add_page("logs", "Logs", self.logs_page)
+
+        sidebar = QWidget()
+        sidebar.setObjectName("Sidebar")
+        side = QVBoxLayout(sidebar)
+        side.setContentsMargins(0, 14, 0, 10)
+        brand = QLabel("  Launcher")
+        brand.setObjectName("PageTitle")
+        side.addWidget(brand)
+        side.addSpacing(8)
+        side.addWidget(self.nav, 1)
+        self.machine_summary = QLabel("Detecting hardware…")
+        self.machine_summary.setObjectName("Muted")
+        self.machine_summary.setWordWrap(True)
+        self.machine_summary.setContentsMargins(12, 0, 8, 0)
+        side.addWidget(self.machine_summary)
+        sidebar.setFixedWidth(self.fontMetrics().horizontalAdvance("M") * 15)
+
+        central = QWidget()
+        row = QHBoxLayout(central)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(0)
+        row.addWidget(sidebar)
+        row.addWidget(self.pages, 1)
+        self.setCentralWidget(central)
+        self.status_label = QLabel("Server stopped")
+        self.statusBar().addWidget(self.status_label, 1)
+        self.nav.setCurrentRow(0)
+        for number in range(1, 10):
+            shortcut = QShortcut(QKeySequence(f"Ctrl+{number}"), self)
+            shortcut.activated.connect(lambda n=number: self.nav.setCurrentRow(n - 1))
+        self._restore_geometry(self.settings.window)
+
+        if machine is not None:
+            self.set_machine(machine)
+        else:
+            self.machine_page.set_probing()
+            workers.run_in_background(probe, on_done=self.set_machine, on_failed=self._probe_failed)
+
+    # -- pages -----------------------------------------------------------------------------
+    def add_page(self, key: str, title: str, widget: QWidget) -> None:
+        """Append a page to the sidebar."""
+        self._page_index[key] = self.pages.addWidget(widget)
+        item = QListWidgetItem(title)
+        item.setSizeHint(item.sizeHint().expandedTo(self.fontMetrics().boundingRect("Ag").size() * 2))
+        self.nav.addItem(item)
+
+    def show_page(self, key: str) -> None:
+        """Switch to a page by key ("server", "machine", ...)."""
+        self.nav.setCurrentRow(self._page_index[key])
+
+    def page_keys(self) -> list[str]:
+        """Page keys in sidebar order."""
+        return sorted(self._page_index, key=self._page_index.__getitem__)
+
+    def page(self, key: str) -> QWidget:
+        """The page widget for a key."""
+        return self.pages.widget(self._page_index[key])
+
+    def _server_page(self) -> QWidget:
+        content = QWidget()
+        layout = QVBoxLayout(content)
+        layout.setContentsMargins(20, 16, 20, 16)
+        layout.setSpacing(12)
+        title = QLabel("Local server")
+        title.setObjectName("PageTitle")
+        layout.addWidget(title)
+        layout.addWidget(self.server_panel)
+        layout.addWidget(self.gauges)
+        layout.addStretch(1)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        scroll.setWidget(content)
+        return scroll
+
+    # -- machine ---------------------------------------------------------------------------
+    def set_machine(self, machine: Machine) -> None:
+        """Use this machine for every recommendation and show it."""
+        self.machine = machine
+        self.machine_page.set_machine(machine)
+        self.machine_summary.setText(machine_summary(machine))
+        self.machine_changed.emit(machine)
+
+    def _probe_failed(self, message: str) -> None:
+        self.machine_page.set_error(message)
+        self.machine_summary.setText("Hardware detection failed")
+
+    # -- server ----------------------------------------------------------------------------
+    def _log_line(self, line: str) -> None:
+        self.logs_page.append(line)
+
+    def _server_state(self, state: str) -> None:
+        texts = {
+            "starting": "Loading the model…",
+            "stopping": "Stopping the server…",
+            "stopped": "Server stopped",
+        }
+        if state in texts:
+            self.status_label.setText(texts[state])
+
+    def _server_ready(self, endpoint: ServerEndpoint) -> None:
+        self.status_label.setText(f"Serving {endpoint.model} at {endpoint.base_url}")
+        self.gauges.reset()
+        self._stop_poller()
+        self.poller = MetricsPoller(endpoint.url, endpoint.pid, api_key=endpoint.api_key, parent=self)
+        self.poller.sample.connect(self._sample)
+        self.poller.start()
+
+    def _sample(self, sample: LiveSample) -> None:
+        self.gauges.update_sample(sample)
+
+    def _server_finished(self, outcome: ServerOutcome) -> None:
+        self._stop_poller()
+        self.status_label.setText(str(outcome).splitlines()[0])
+
+    def _stop_poller(self) -> None:
+        poller, self.poller = self.poller, None
+        if poller is not None:
+            poller.stop()
+            poller.deleteLater()
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def showEvent(self, event: object) -> None:
+        """Emit `exposed` the first time the window is shown."""
+        super().showEvent(event)
+        if not self._exposed:
+            self._exposed = True
+            # After the queued expose/paint events of this show have been handled.
+            QTimer.singleShot(0, self.exposed.emit)
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        """Hide to the tray while a tray keeps the server, else shut everything down."""
+        self._remember_geometry()
+        if not self.quit_on_close and self.server.state != "stopped":
+            event.ignore()
+            self.hide()
+            self.hidden_to_tray.emit()
+            return
+        self.shutdown()
+        event.accept()
+        self.closed.emit()
+
+    def shutdown(self) -> None:
+        """Stop the poller and the server (waiting for it), wait for workers, save settings."""
+        if self._shut_down:
+            return
+        self._shut_down = True
+        self._stop_poller()
+        self.server.stop_and_wait()
+        workers.pool().waitForDone(5000)
+        self._persist()
+
+    def _persist(self) -> None:
+        if not self._save_settings:
+            return
+        self._remember_geometry()
+        self.settings.serve = self.server_panel.config().model_copy(update={"model": ""})
+        try:
+            settings_store.save(self.settings)
+        except (OSError, LauncherError) as err:
+            log.warning("could not save settings: %s", err)
+
+    def _remember_geometry(self) -> None:
+        geometry = self.normalGeometry()
+        self.settings.window = WindowGeometry(
+            x=geometry.x(),
+            y=geometry.y(),
+            width=geometry.width(),
+            height=geometry.height(),
+            maximized=self.isMaximized(),
+        )
+
+    def _restore_geometry(self, window: WindowGeometry) -> None:
+        self.resize(window.width, window.height)
+        self.move(window.x, window.y)
+        if window.maximized:
+            self.setWindowState(self.windowState() | Qt.WindowState.WindowMaximized)
+
+
+def machine_summary(machine: Machine) -> str:
+    """One short line for the sidebar ("RTX 4090 24 GiB · 64 GiB RAM")."""
+    from launcher.core.units import format_bytes
+
+    ram = f"{format_bytes(machine.memory.total)} RAM"
+    if machine.apple is not None:
+        return f"{machine.apple.chip} · {format_bytes(machine.apple.unified_memory)} unified"
+    if machine.gpus:
+        gpu = machine.gpus[0]
+        more = f" +{len(machine.gpus) - 1}" if len(machine.gpus) > 1 else ""
+        return f"{gpu.name}{more} · {format_bytes(gpu.memory_total)}\n{ram}"
+    return f"{machine.cpu.brand or machine.cpu.arch}\n{ram} · CPU only"

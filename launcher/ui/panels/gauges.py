@@ -1,0 +1,194 @@
+"""Live gauges from /metrics and the server process: decode and prefill tok/s with a short history,
+TTFT of the last requests, requests running/queued, KV cache use, process RAM, GPU/unified memory;
+and predicted vs measured memory and tok/s once there is something to compare.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from PySide6.QtWidgets import QGridLayout, QLabel, QProgressBar, QVBoxLayout, QWidget
+
+from launcher.core.units import format_bytes
+from launcher.ui.metrics import LiveSample, MeasuredTotals
+from launcher.ui.widgets.card import Card, StatTile, muted
+from launcher.ui.widgets.sparkline import Sparkline
+
+TTFT_HISTORY = 5
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the advisor predicted for the model being served."""
+
+    memory_bytes: int | None
+    decode_low: float | None
+    decode_high: float | None
+    where: str = ""  # "CPU only", "full GPU", ...
+
+
+def _tps(value: float) -> str:
+    return f"{value:.1f}" if value < 100 else f"{value:.0f}"
+
+
+class GaugesPanel(Card):
+    """The live numbers; `update_sample` is called once a second by the poller's signal."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Live", parent)
+        self.totals = MeasuredTotals()
+        self.prediction: Prediction | None = None
+        self._ttfts: deque[float] = deque(maxlen=TTFT_HISTORY)
+        self.last_sample: LiveSample | None = None
+
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(24)
+        grid.setVerticalSpacing(12)
+        self.decode = StatTile("decode tok/s")
+        self.decode_graph = Sparkline()
+        self.prefill = StatTile("prefill tok/s")
+        self.prefill_graph = Sparkline(colour="#8b5cf6")
+        self.ttft = StatTile("time to first token")
+        self.requests = StatTile("requests running / queued")
+        self.total = StatTile("requests served")
+        self.kv = StatTile("KV cache")
+        self.kv_bar = QProgressBar()
+        self.kv_bar.setTextVisible(False)
+        self.kv_bar.setMaximumHeight(8)
+        self.rss = StatTile("server process RAM")
+        self.device = StatTile("memory in use")
+        self.device_bar = QProgressBar()
+        self.device_bar.setTextVisible(False)
+        self.device_bar.setMaximumHeight(8)
+
+        grid.addWidget(self._stack(self.decode, self.decode_graph), 0, 0)
+        grid.addWidget(self._stack(self.prefill, self.prefill_graph), 0, 1)
+        grid.addWidget(self.ttft, 0, 2)
+        grid.addWidget(self.requests, 1, 0)
+        grid.addWidget(self.total, 1, 1)
+        grid.addWidget(self._stack(self.kv, self.kv_bar), 1, 2)
+        grid.addWidget(self.rss, 2, 0)
+        grid.addWidget(self._stack(self.device, self.device_bar), 2, 1, 1, 2)
+        for column in range(3):
+            grid.setColumnStretch(column, 1)
+        self.body.addLayout(grid)
+
+        self.compare_title = QLabel("Predicted vs measured")
+        self.compare_title.setObjectName("CardTitle")
+        self.memory_compare = muted("Memory: start a server to compare.")
+        self.speed_compare = muted("Speed: send a few requests to compare.")
+        self.body.addWidget(self.compare_title)
+        self.body.addWidget(self.memory_compare)
+        self.body.addWidget(self.speed_compare)
+        self.reset()
+
+    @staticmethod
+    def _stack(top: QWidget, bottom: QWidget) -> QWidget:
+        box = QWidget()
+        layout = QVBoxLayout(box)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(4)
+        layout.addWidget(top)
+        layout.addWidget(bottom)
+        return box
+
+    def reset(self) -> None:
+        """Back to the idle look (server stopped)."""
+        self.totals = MeasuredTotals()
+        self._ttfts.clear()
+        self.last_sample = None
+        for tile in (
+            self.decode,
+            self.prefill,
+            self.ttft,
+            self.requests,
+            self.total,
+            self.kv,
+            self.rss,
+            self.device,
+        ):
+            tile.set_value("–", "")
+        self.decode_graph.clear()
+        self.prefill_graph.clear()
+        self.kv_bar.setValue(0)
+        self.device_bar.setValue(0)
+        self._update_comparison()
+
+    def set_prediction(self, prediction: Prediction | None) -> None:
+        """The advisor's numbers for the model now served."""
+        self.prediction = prediction
+        self._update_comparison()
+
+    def update_sample(self, sample: LiveSample) -> None:
+        """Show one poll."""
+        self.last_sample = sample
+        self.totals.add(sample)
+        decode = sample.decode_tps or sample.generated_tps
+        self.decode.set_value(_tps(decode))
+        self.decode_graph.add(decode)
+        self.prefill.set_value(_tps(sample.prefill_tps))
+        self.prefill_graph.add(sample.prefill_tps)
+        if sample.ttft_recent is not None:
+            self._ttfts.append(sample.ttft_recent)
+        if self._ttfts:
+            last = self._ttfts[-1]
+            history = ", ".join(f"{t * 1000:.0f}" for t in list(self._ttfts)[:-1])
+            self.ttft.set_value(f"{last * 1000:.0f} ms", f"earlier: {history} ms" if history else "")
+        self.requests.set_value(f"{sample.requests_running} / {sample.requests_waiting}")
+        failed = f"{sample.requests_failed} failed" if sample.requests_failed else ""
+        self.total.set_value(f"{sample.requests_total:,}", failed)
+        if sample.kv_total_tokens:
+            self.kv.set_value(
+                f"{sample.kv_usage_ratio:.0%}",
+                f"{sample.kv_used_tokens:,} of {sample.kv_total_tokens:,} tokens",
+            )
+        else:
+            self.kv.set_value(f"{sample.kv_usage_ratio:.0%}")
+        self.kv_bar.setValue(round(sample.kv_usage_ratio * 100))
+        memory = sample.memory
+        self.rss.set_value(format_bytes(memory.rss_bytes) if memory.rss_bytes is not None else "–")
+        if memory.device_used_bytes is not None and memory.device_total_bytes:
+            ratio = memory.device_used_bytes / memory.device_total_bytes
+            self.device.set_value(
+                f"{format_bytes(memory.device_used_bytes)} / {format_bytes(memory.device_total_bytes)}",
+                memory.device_label,
+            )
+            self.device_bar.setValue(round(ratio * 100))
+        self._update_comparison()
+
+    def _update_comparison(self) -> None:
+        prediction = self.prediction
+        if prediction is None or prediction.memory_bytes is None:
+            self.memory_compare.setText(
+                "Memory: no prediction for this model (the advisor has no numbers for it)."
+            )
+        elif self.last_sample is None:
+            self.memory_compare.setText(
+                f"Memory: predicted {format_bytes(prediction.memory_bytes)}"
+                f" ({prediction.where}); measured after loading."
+            )
+        else:
+            measured = self.last_sample.memory.device_used_bytes or self.last_sample.memory.rss_bytes or 0
+            delta = (
+                (measured - prediction.memory_bytes) / prediction.memory_bytes
+                if prediction.memory_bytes
+                else 0
+            )
+            self.memory_compare.setText(
+                f"Memory: predicted {format_bytes(prediction.memory_bytes)}, "
+                f"measured {format_bytes(measured)}"
+                f" ({delta:+.0%})."
+            )
+        measured_tps = self.totals.decode_tps
+        if prediction is None or prediction.decode_low is None:
+            predicted = "no prediction"
+        else:
+            predicted = f"predicted {_tps(prediction.decode_low)}–{_tps(prediction.decode_high or 0)} tok/s"
+        if measured_tps is None:
+            self.speed_compare.setText(f"Decode speed: {predicted}; send a few requests to measure.")
+        else:
+            self.speed_compare.setText(
+                f"Decode speed: {predicted}, measured {_tps(measured_tps)} tok/s"
+                f" over {len(self.totals.decode_samples)} busy seconds."
+            )

@@ -1,0 +1,1 @@
+"""Small reusable widgets (sparkline, cards, copyable fields)."""

@@ -1,0 +1,128 @@
+"""ServerProcess: the contract-1 line protocol, crash reports and clean stops.
+
+The first tests run a small child that speaks the protocol (the wrapper is what is under test:
+QProcess plumbing, line splitting, outcome text); the last ones run the real `launcher serve`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import psutil
+import pytest
+
+from launcher.core.config import ServeConfig
+from launcher.ui.server_process import ServerOutcome, ServerProcess, serve_command
+
+READY = (
+    'LAUNCHER_READY {"url": "http://127.0.0.1:1", "base_url": "http://127.0.0.1:1/v1", "model": "m",'
+    ' "engine": "llamacpp", "engine_reason": "why", "context_length": 2048, "parallel": 2,'
+    ' "api_key_required": false, "pid": 1}'
+)
+
+
+def child(script: str):  # type: ignore[no-untyped-def]
+    """A command builder running `script` with this interpreter instead of the server."""
+    return lambda _config: (sys.executable, ["-c", script])
+
+
+def test_ready_line_split_across_writes_gives_an_endpoint(qtbot) -> None:  # type: ignore[no-untyped-def]
+    script = (
+        "import sys, time\n"
+        "sys.stderr.write('loading model\\n'); sys.stderr.flush()\n"
+        f"line = {READY!r}\n"
+        "sys.stdout.write(line[:20]); sys.stdout.flush(); time.sleep(0.2)\n"
+        "sys.stdout.write(line[20:] + '\\n'); sys.stdout.flush()\n"
+        "sys.stdin.readline()\n"  # stay up until stopped
+    )
+    server = ServerProcess(command=child(script))
+    logs: list[str] = []
+    server.log_line.connect(logs.append)
+    with qtbot.waitSignal(server.ready, timeout=20_000) as ready:
+        server.start(ServeConfig())
+    endpoint = ready.args[0]
+    assert endpoint.base_url == "http://127.0.0.1:1/v1"
+    assert endpoint.context_length == 2048
+    assert server.state == "ready"
+    assert "loading model" in logs
+    with qtbot.waitSignal(server.finished, timeout=20_000) as finished:
+        server.stop()
+    assert finished.args[0].kind == "stopped"
+    assert str(finished.args[0]) == "Server stopped."
+    assert server.state == "stopped"
+
+
+def test_load_error_line_becomes_the_reason(qtbot) -> None:  # type: ignore[no-untyped-def]
+    script = (
+        "import sys\n"
+        'print(\'LAUNCHER_ERROR {"kind": "ModelNotFoundError", "message": "No model at /x.gguf"}\')\n'
+        "sys.exit(1)\n"
+    )
+    server = ServerProcess(command=child(script))
+    with qtbot.waitSignal(server.finished, timeout=20_000) as finished:
+        server.start(ServeConfig())
+    outcome: ServerOutcome = finished.args[0]
+    assert outcome.kind == "load_failed"
+    assert outcome.error_kind == "ModelNotFoundError"
+    assert "No model at /x.gguf" in str(outcome)
+
+
+def test_crash_reports_exit_code_and_last_log_lines(qtbot) -> None:  # type: ignore[no-untyped-def]
+    script = "import sys\nsys.stderr.write('step 1\\nout of memory\\n')\nsys.exit(7)\n"
+    server = ServerProcess(command=child(script))
+    with qtbot.waitSignal(server.finished, timeout=20_000) as finished:
+        server.start(ServeConfig())
+    outcome: ServerOutcome = finished.args[0]
+    assert outcome.kind == "crashed"
+    assert outcome.exit_code == 7
+    assert "exit code 7" in str(outcome)
+    assert "out of memory" in str(outcome)
+
+
+def test_program_that_cannot_start_is_reported(qtbot) -> None:  # type: ignore[no-untyped-def]
+    server = ServerProcess(command=lambda _c: ("/nonexistent/launcher-python", []))
+    with qtbot.waitSignal(server.finished, timeout=20_000) as finished:
+        server.start(ServeConfig())
+    assert finished.args[0].kind == "failed_to_start"
+    assert "could not be started" in str(finished.args[0])
+
+
+def test_stop_and_wait_leaves_no_process(qtbot) -> None:  # type: ignore[no-untyped-def]
+    server = ServerProcess(command=child("import sys\nprint('up', flush=True)\nsys.stdin.readline()\n"))
+    with qtbot.waitSignal(server.started, timeout=20_000):
+        server.start(ServeConfig())
+    pid = server.pid
+    assert pid is not None and psutil.pid_exists(pid)
+    server.stop_and_wait()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_serve_command_runs_this_interpreter_with_the_config_flags() -> None:
+    program, arguments = serve_command(ServeConfig(model="/m.gguf", port=0, parallel=2))
+    assert program == sys.executable
+    assert arguments[:2] == ["-m", "launcher"]
+    assert arguments[arguments.index("serve") + 1 :] == ["/m.gguf", "--parallel", "2", "--port", "0"]
+
+
+@pytest.mark.slow
+def test_real_server_load_failure_is_reported(qtbot) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("launcher.server.cli_serve")
+    server = ServerProcess()
+    with qtbot.waitSignal(server.finished, timeout=120_000) as finished:
+        server.start(ServeConfig(model="/nonexistent/model.gguf", port=0))
+    outcome: ServerOutcome = finished.args[0]
+    assert outcome.kind == "load_failed", str(outcome)
+    assert "/nonexistent/model.gguf" in str(outcome)
+
+
+@pytest.mark.slow
+def test_real_server_killed_is_reported_as_a_crash(qtbot, tiny_gguf) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("launcher.server.cli_serve")
+    server = ServerProcess()
+    with qtbot.waitSignal(server.ready, timeout=120_000) as ready:
+        server.start(ServeConfig(model=str(tiny_gguf), port=0, parallel=1, context=512))
+    with qtbot.waitSignal(server.finished, timeout=30_000) as finished:
+        psutil.Process(ready.args[0].pid).kill()
+    outcome: ServerOutcome = finished.args[0]
+    assert outcome.kind == "crashed"
+    assert "crashed" in str(outcome)
