@@ -156,6 +156,9 @@ class EngineStats:
     prefix_cache_misses: int = 0
     prefix_cache_hit_tokens: int = 0
     memory: dict[str, int] = field(default_factory=dict)  # engine-specific: {"mlx_active": ..., ...}
+    # Tokens processed since load (counters): the server derives prefill/decode tok/s from their deltas.
+    prefill_tokens_total: int = 0
+    decode_tokens_total: int = 0
 
 
 class QueueFullError(Exception):

@@ -1,0 +1,108 @@
+"""Access to llama-cpp-python's low-level bindings: lazy import, one-time backend init, log capture.
+
+llama.cpp reports why a load failed only through its log callback (the C API returns NULL),
+so we route its log into Python logging and keep the last lines to quote in error messages.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import logging
+import threading
+from types import ModuleType
+from typing import Any
+
+from launcher.core.errors import EngineUnavailableError
+
+log = logging.getLogger("launcher.engines.llamacpp")
+
+# ggml_log_level in current ggml: 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continuation.
+_GGML_TO_LOGGING = {
+    0: logging.DEBUG,
+    1: logging.DEBUG,
+    2: logging.DEBUG,
+    3: logging.WARNING,
+    4: logging.ERROR,
+}
+
+_lock = threading.Lock()
+_initialised = False
+_log_tail: collections.deque[str] = collections.deque(maxlen=60)
+_last_level = logging.DEBUG
+_callback_ref: Any = None  # keeps the ctypes callback alive for as long as llama.cpp may call it
+
+
+def llama() -> ModuleType:
+    """Import llama_cpp on first use and initialise its backend once per process."""
+    global _initialised
+    try:
+        import llama_cpp
+    except ImportError as err:
+        raise EngineUnavailableError(
+            f"llama-cpp-python is not installed ({err}). Install it with: pip install 'launcher[llamacpp]'"
+        ) from None
+    with _lock:
+        if not _initialised:
+            _install_log_callback(llama_cpp)
+            llama_cpp.llama_backend_init()
+            _initialised = True
+    return llama_cpp
+
+
+def _install_log_callback(llama_cpp: ModuleType) -> None:
+    global _callback_ref
+
+    @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
+    def on_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        global _last_level
+        del user_data
+        py_level = _GGML_TO_LOGGING.get(level, _last_level)
+        _last_level = py_level
+        line = text.decode("utf-8", errors="replace").rstrip("\n")
+        if line:
+            _log_tail.append(line)
+            if log.isEnabledFor(py_level):
+                log.log(py_level, "llama.cpp: %s", line)
+
+    _callback_ref = on_log
+    llama_cpp.llama_log_set(on_log, ctypes.c_void_p(0))
+
+
+def clear_log_tail() -> None:
+    """Forget captured llama.cpp log lines (call before an operation whose failure you will explain)."""
+    _log_tail.clear()
+
+
+def log_tail(max_lines: int = 8) -> list[str]:
+    """The last llama.cpp log lines captured since `clear_log_tail`."""
+    return list(_log_tail)[-max_lines:]
+
+
+def meta_string(llama_cpp: ModuleType, model: Any, key: str) -> str | None:
+    """A GGUF metadata value of a loaded model as text, or None when the key is absent."""
+    size = 256
+    while True:
+        buffer = ctypes.create_string_buffer(size)
+        length = llama_cpp.llama_model_meta_val_str(model, key.encode(), buffer, size)
+        if length < 0:
+            return None
+        if length < size:
+            return buffer.value.decode("utf-8", errors="replace")
+        size = length + 1
+
+
+def system_info(llama_cpp: ModuleType) -> str:
+    """llama.cpp's build/CPU feature line, e.g. 'CPU : SSE3 = 1 | AVX2 = 1 | ...'."""
+    raw = llama_cpp.llama_print_system_info()
+    return raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+
+
+def cpu_features(info: str) -> list[str]:
+    """The enabled features named in `system_info` (AVX2, AVX512, NEON, ...)."""
+    features: list[str] = []
+    for part in info.replace("\n", "|").split("|"):
+        name, _, value = part.partition("=")
+        if value.strip() == "1":
+            features.append(name.strip())
+    return features

@@ -1,0 +1,455 @@
+"""Continuous batching over one llama.cpp context, on one thread that owns that context.
+
+Each step builds ONE batch: a decode token for every generating sequence, then prompt chunks of
+admitted requests in FIFO order until the batch is full (chunked prefill: a long prompt cannot
+freeze the others). After `llama_decode`, each sequence samples from its own row with its own
+sampler chain and its events go to the request's asyncio queue on the server's loop.
+
+Slots are llama.cpp sequence ids. A slot keeps the tokens whose KV it holds after its request
+ends, so a later request sharing a prefix (an agent resending its system prompt) starts after the
+shared part: from the same slot, or by copying the prefix cells from another slot (`seq_cp`,
+which shares cells in the unified KV cache instead of copying data).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from launcher.engines.base import (
+    FinishReason,
+    GenerationEvent,
+    GenerationRequest,
+    QueueFullError,
+    TokenLogprob,
+)
+from launcher.engines.llamacpp._batch import TokenBatch
+from launcher.engines.llamacpp._sampling import ConstraintError, build_sampler, token_logprob
+
+log = logging.getLogger("launcher.engines.llamacpp")
+
+
+@dataclass(eq=False)
+class Job:
+    """A request from submission to its last event."""
+
+    request: GenerationRequest
+    prompt: npt.NDArray[np.int32]
+    grammar: str | None
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue[GenerationEvent]
+    submitted_at: float = field(default_factory=time.monotonic)
+    cancelled: bool = False
+
+
+@dataclass(eq=False)
+class _Slot:
+    seq_id: int
+    cache: npt.NDArray[np.int32]  # cache[:n_cached] = the tokens whose KV this sequence holds
+    n_cached: int = 0
+    last_used: int = 0
+    job: Job | None = None
+    sampler: Any = None
+    pending_token: int = -1  # sampled, not yet evaluated; -1 while the prompt is being read
+    out_index: int = -1  # batch row whose logits this slot samples from this step
+    step_tokens: int = 0
+    n_generated: int = 0
+    cached_prompt_tokens: int = 0
+    decoder: codecs.IncrementalDecoder = field(
+        default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace")
+    )
+
+
+@dataclass(frozen=True)
+class SchedulerCounters:
+    """A consistent-enough snapshot for stats (plain ints read without a lock)."""
+
+    running: int
+    waiting: int
+    kv_used_tokens: int
+    prefix_hits: int
+    prefix_misses: int
+    prefix_hit_tokens: int
+    prefill_tokens: int
+    decode_tokens: int
+
+
+class Scheduler:
+    """Owns the llama context on its own thread; `submit` is called from the server's event loop."""
+
+    def __init__(
+        self,
+        llama_cpp: ModuleType,
+        context_pointer: Any,
+        vocab: Any,
+        *,
+        n_vocab: int,
+        parallel: int,
+        context: int,
+        n_batch: int,
+        max_queue: int,
+        prefix_cache_tokens: int | None,
+        eog_tokens: frozenset[int],
+        piece: Callable[[int], bytes],
+    ) -> None:
+        self._ll = llama_cpp
+        self._ctx = context_pointer
+        self._mem = llama_cpp.llama_get_memory(context_pointer)
+        self._vocab = vocab
+        self._n_vocab = n_vocab
+        self._context = context
+        self._max_queue = max_queue
+        self._prefix_budget = prefix_cache_tokens
+        self._eog = eog_tokens
+        self._is_eog = np.zeros(n_vocab, dtype=bool)
+        self._is_eog[list(eog_tokens)] = True
+        self._piece = piece
+        self._batch = TokenBatch(llama_cpp, n_batch, parallel, context)
+        self._slots = [_Slot(seq_id=i, cache=np.zeros(context, dtype=np.int32)) for i in range(parallel)]
+        self._running: list[_Slot] = []  # admission order = prefill priority (FIFO)
+        self._waiting: deque[Job] = deque()
+        self._tasks: deque[Callable[[], None]] = deque()
+        self._cv = threading.Condition()
+        self._stopping = False
+        self._tick = 0
+        self._hits = self._misses = self._hit_tokens = 0
+        self._prefill_tokens = self._decode_tokens = 0
+        self._avg_request_s = 5.0
+        self._outbox: list[tuple[Job, GenerationEvent]] = []
+        self._thread = threading.Thread(target=self._run, name="llamacpp-scheduler", daemon=True)
+
+    # ----- called from other threads -----------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the scheduler thread."""
+        self._thread.start()
+
+    def submit(self, job: Job) -> None:
+        """Queue a job (FIFO); raise QueueFullError when `max_queue` requests already wait for a slot."""
+        with self._cv:
+            if self._stopping:
+                raise RuntimeError("the model is closed")
+            free = sum(1 for slot in self._slots if slot.job is None)
+            if len(self._waiting) - free >= self._max_queue:
+                self._waiting = deque(j for j in self._waiting if not j.cancelled)
+                if len(self._waiting) - free >= self._max_queue:
+                    waits = (len(self._waiting) + 1) / len(self._slots)
+                    raise QueueFullError(retry_after_s=max(1.0, round(waits * self._avg_request_s, 1)))
+            self._waiting.append(job)
+            self._cv.notify()
+
+    def run_task(self, task: Callable[[], None]) -> None:
+        """Run `task` on the scheduler thread between two steps (for work that needs the model)."""
+        with self._cv:
+            if self._stopping:
+                raise RuntimeError("the model is closed")
+            self._tasks.append(task)
+            self._cv.notify()
+
+    def wake(self) -> None:
+        """Make the scheduler look at cancellations now."""
+        with self._cv:
+            self._cv.notify()
+
+    def counters(self) -> SchedulerCounters:
+        """Live numbers for stats()."""
+        running = [slot for slot in self._slots if slot.job is not None]
+        return SchedulerCounters(
+            running=len(running),
+            waiting=len(self._waiting),
+            kv_used_tokens=sum(slot.n_cached for slot in running),
+            prefix_hits=self._hits,
+            prefix_misses=self._misses,
+            prefix_hit_tokens=self._hit_tokens,
+            prefill_tokens=self._prefill_tokens,
+            decode_tokens=self._decode_tokens,
+        )
+
+    def stop(self) -> None:
+        """Stop the thread, end every open request as cancelled, and wait for the thread to exit."""
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    # ----- the scheduler thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cv:
+                    while not (self._stopping or self._running or self._waiting or self._tasks):
+                        self._cv.wait()
+                    if self._stopping:
+                        break
+                    tasks = list(self._tasks)
+                    self._tasks.clear()
+                for task in tasks:
+                    task()
+                try:
+                    self._step()
+                finally:
+                    self._flush()
+        except Exception:
+            log.exception("llama.cpp scheduler crashed")
+        finally:
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        with self._cv:
+            self._stopping = True
+            waiting = list(self._waiting)
+            self._waiting.clear()
+        for slot in list(self._running):
+            self._finish(slot, "cancelled", "the model was unloaded")
+        for job in waiting:
+            self._emit(job, GenerationEvent(finish_reason="cancelled", error="the model was unloaded"))
+        self._flush()
+
+    def _step(self) -> None:
+        for slot in list(self._running):
+            job = slot.job
+            if job is not None and job.cancelled:
+                self._finish(slot, "cancelled")
+        self._admit()
+        if not self._running:
+            return
+        batch = self._batch
+        batch.clear()
+        for slot in self._running:
+            slot.out_index, slot.step_tokens = -1, 0
+            if slot.pending_token >= 0:
+                slot.out_index = batch.add_one(slot.pending_token, slot.n_cached, slot.seq_id)
+                slot.step_tokens = 1
+        decode_tokens = batch.size
+        self._plan_prefill(batch)
+        if not self._decode(batch):
+            return
+        self._decode_tokens += decode_tokens
+        self._prefill_tokens += batch.size - decode_tokens
+        for slot in self._running:
+            if slot.step_tokens == 0:
+                continue
+            start = slot.n_cached
+            if slot.pending_token >= 0:
+                slot.cache[start] = slot.pending_token
+                slot.pending_token = -1
+            else:
+                assert slot.job is not None
+                slot.cache[start : start + slot.step_tokens] = slot.job.prompt[
+                    start : start + slot.step_tokens
+                ]
+            slot.n_cached = start + slot.step_tokens
+        for slot in list(self._running):
+            if slot.out_index >= 0:
+                self._sample(slot)
+
+    def _plan_prefill(self, batch: TokenBatch) -> None:
+        """Share the batch's free room between prompts being read: an equal share each, then the
+        leftover in FIFO order, so a short prompt is not stuck behind a long one."""
+        reading = [slot for slot in self._running if slot.pending_token < 0]
+        if not reading or batch.free == 0:
+            return
+        remaining = {}
+        for slot in reading:
+            assert slot.job is not None
+            remaining[slot.seq_id] = len(slot.job.prompt) - slot.n_cached
+        share = max(1, batch.free // len(reading))
+        takes = {slot.seq_id: min(remaining[slot.seq_id], share) for slot in reading}
+        leftover = batch.free - sum(takes.values())
+        for slot in reading:
+            if leftover <= 0:
+                break
+            extra = min(remaining[slot.seq_id] - takes[slot.seq_id], leftover)
+            takes[slot.seq_id] += extra
+            leftover -= extra
+        for slot in reading:
+            take = min(takes[slot.seq_id], batch.free)
+            if take <= 0:
+                continue
+            assert slot.job is not None
+            done = take == remaining[slot.seq_id]
+            chunk = slot.job.prompt[slot.n_cached : slot.n_cached + take]
+            index = batch.add_chunk(chunk, slot.n_cached, slot.seq_id, logits_last=done)
+            slot.out_index = index if done else -1
+            slot.step_tokens = take
+
+    def _decode(self, batch: TokenBatch) -> bool:
+        result = int(self._ll.llama_decode(self._ctx, batch.prepared()))
+        if result == 1 and self._evict_idle(budget=0):
+            # No free KV cells: idle prefix caches are expendable, the running requests are not.
+            result = int(self._ll.llama_decode(self._ctx, batch.prepared()))
+        if result == 0:
+            return True
+        log.error("llama_decode failed with code %d for a batch of %d tokens", result, batch.size)
+        for slot in list(self._running):
+            if slot.step_tokens:
+                self._finish(slot, "error", f"llama.cpp could not decode this batch (code {result})")
+        return False
+
+    def _sample(self, slot: _Slot) -> None:
+        job = slot.job
+        assert job is not None
+        token = int(self._ll.llama_sampler_sample(slot.sampler, self._ctx, slot.out_index))
+        if self._is_eog[token] and not job.request.ignore_eos:
+            self._finish(slot, "stop")
+            return
+        slot.n_generated += 1
+        logprobs: tuple[TokenLogprob, ...] = ()
+        if job.request.logprobs is not None:
+            pointer = self._ll.llama_get_logits_ith(self._ctx, slot.out_index)
+            logprobs = (token_logprob(pointer, self._n_vocab, token, job.request.logprobs, self._piece_text),)
+        text = slot.decoder.decode(self._piece(token))
+        self._outbox.append((job, GenerationEvent(token_ids=(token,), text=text, logprobs=logprobs)))
+        if slot.n_generated >= job.request.max_tokens or slot.n_cached + 1 >= self._context:
+            self._finish(slot, "length")
+        else:
+            slot.pending_token = token
+
+    def _piece_text(self, token: int) -> str:
+        return self._piece(token).decode("utf-8", errors="replace")
+
+    # ----- admission and prefix reuse ------------------------------------------------------------
+
+    def _admit(self) -> None:
+        jobs: list[Job] = []
+        with self._cv:
+            free = sum(1 for slot in self._slots if slot.job is None)
+            while self._waiting and len(jobs) < free:
+                job = self._waiting.popleft()
+                if not job.cancelled:
+                    jobs.append(job)
+        for job in jobs:
+            self._start(job)
+
+    def _common_prefix(self, slot: _Slot, prompt: npt.NDArray[np.int32]) -> int:
+        length = min(slot.n_cached, len(prompt))
+        if length == 0:
+            return 0
+        same = slot.cache[:length] == prompt[:length]
+        return length if bool(same.all()) else int(np.argmin(same))
+
+    def _start(self, job: Job) -> None:
+        try:
+            sampler = build_sampler(
+                self._ll,
+                self._vocab,
+                self._n_vocab,
+                job.request.sampling,
+                job.grammar,
+                self._eog if job.request.ignore_eos else (),
+            )
+        except ConstraintError as err:
+            self._emit(job, GenerationEvent(finish_reason="error", error=str(err)))
+            return
+        prompt = job.prompt
+        shared = {slot.seq_id: self._common_prefix(slot, prompt) for slot in self._slots}
+        free = [slot for slot in self._slots if slot.job is None]
+        # Most shared tokens wins; among equals, the least recently used slot (keeps hot caches).
+        slot = max(free, key=lambda s: (shared[s.seq_id], -s.last_used))
+        limit = len(prompt) - 1  # always evaluate the last prompt token to get its logits
+        donor = max(self._slots, key=lambda s: shared[s.seq_id])
+        reuse = min(shared[slot.seq_id], limit)
+        if donor is not slot and min(shared[donor.seq_id], limit) > reuse:
+            reuse = min(shared[donor.seq_id], limit)
+            self._ll.llama_memory_seq_rm(self._mem, slot.seq_id, -1, -1)
+            self._ll.llama_memory_seq_cp(self._mem, donor.seq_id, slot.seq_id, 0, reuse)
+            slot.cache[:reuse] = prompt[:reuse]
+        elif not self._ll.llama_memory_seq_rm(self._mem, slot.seq_id, reuse, -1):
+            reuse = 0
+        if reuse > 0 and self._ll.llama_memory_seq_pos_min(self._mem, slot.seq_id) > 0:
+            reuse = 0  # the cache dropped early positions (sliding window): nothing reusable
+        if reuse == 0:
+            self._ll.llama_memory_seq_rm(self._mem, slot.seq_id, -1, -1)
+        slot.n_cached = reuse
+        if reuse:
+            self._hits += 1
+            self._hit_tokens += reuse
+        else:
+            self._misses += 1
+        slot.job, slot.sampler = job, sampler
+        slot.pending_token, slot.out_index, slot.n_generated = -1, -1, 0
+        slot.cached_prompt_tokens = reuse
+        slot.decoder.reset()
+        self._running.append(slot)
+
+    def _finish(self, slot: _Slot, reason: FinishReason, error: str | None = None) -> None:
+        job = slot.job
+        assert job is not None
+        tail = slot.decoder.decode(b"", final=True)
+        self._emit(
+            job,
+            GenerationEvent(
+                text=tail,
+                finish_reason=reason,
+                prompt_tokens=len(job.prompt),
+                cached_prompt_tokens=slot.cached_prompt_tokens,
+                completion_tokens=slot.n_generated,
+                error=error,
+            ),
+        )
+        self._ll.llama_sampler_free(slot.sampler)
+        slot.job, slot.sampler, slot.pending_token = None, None, -1
+        self._running.remove(slot)
+        self._tick += 1
+        slot.last_used = self._tick
+        elapsed = time.monotonic() - job.submitted_at
+        self._avg_request_s = 0.8 * self._avg_request_s + 0.2 * elapsed
+        if reason == "error":
+            self._clear(slot)
+        if self._prefix_budget is not None:
+            self._evict_idle(self._prefix_budget)
+
+    def _clear(self, slot: _Slot) -> None:
+        self._ll.llama_memory_seq_rm(self._mem, slot.seq_id, -1, -1)
+        slot.n_cached = 0
+
+    def _evict_idle(self, budget: int) -> bool:
+        """Drop least recently used idle prefix caches until they hold <= budget tokens."""
+        idle = sorted((s for s in self._slots if s.job is None and s.n_cached), key=lambda s: s.last_used)
+        held = sum(slot.n_cached for slot in idle)
+        evicted = False
+        for slot in idle:
+            if held <= budget:
+                break
+            held -= slot.n_cached
+            self._clear(slot)
+            evicted = True
+        return evicted
+
+    # ----- events back to the event loop ---------------------------------------------------------
+
+    def _emit(self, job: Job, event: GenerationEvent) -> None:
+        self._outbox.append((job, event))
+
+    def _flush(self) -> None:
+        """Deliver this step's events in order: one wake-up per event loop per step, not one per token."""
+        if not self._outbox:
+            return
+        outbox, self._outbox = self._outbox, []
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, GenerationEvent]]] = {}
+        for job, event in outbox:
+            by_loop.setdefault(job.loop, []).append((job, event))
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_put_all, items)
+            except RuntimeError:  # the loop is closed: nobody is listening any more
+                for job, _event in items:
+                    job.cancelled = True
+
+
+def _put_all(items: list[tuple[Job, GenerationEvent]]) -> None:
+    for job, event in items:
+        job.queue.put_nowait(event)

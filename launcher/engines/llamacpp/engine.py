@@ -1,0 +1,253 @@
+"""The llama.cpp engine: GGUF models on CPU, GPU or both, through llama-cpp-python's low-level API.
+
+We own the model and context directly (not `llama_cpp.Llama`, which runs one request at a time):
+one context holds `parallel` sequences in a unified KV cache of `context * parallel` cells, and
+a scheduler thread batches them continuously (see `_scheduler`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from launcher.core.config import ServeConfig
+from launcher.core.errors import EngineError, ModelDoesNotFitError, ModelFormatError
+from launcher.engines.base import Availability, LocalModel, ModelFormat, ModelInfo
+from launcher.engines.llamacpp import _native
+from launcher.engines.llamacpp._embedding import Embedder
+from launcher.engines.llamacpp._gguf_header import check_gguf_file
+from launcher.engines.llamacpp.model import LlamaCppModel, RuntimeSettings
+from launcher.hardware.machine import Machine
+
+log = logging.getLogger("launcher.engines.llamacpp")
+
+DEFAULT_CONTEXT = 8192  # per sequence, when neither the user nor the advisor chose one
+BATCH_TOKENS = 512  # tokens per llama_decode step: bounds how long one step can stall the others
+_ALL_LAYERS = 999
+_KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml_type ids
+_KV_BYTES_PER_ELEMENT = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
+_FLASH_ATTN_ENABLED = 1
+
+
+class LlamaCppEngine:
+    """Loads GGUF files with llama.cpp and serves them with continuous batching."""
+
+    name = "llamacpp"
+    formats: tuple[ModelFormat, ...] = ("gguf",)
+
+    def availability(self, machine: Machine) -> Availability:
+        """Installed? Which backend (CPU, CUDA, Metal...) and CPU features does this build use?"""
+        del machine  # llama.cpp runs on every machine the launcher supports; the build decides the backend
+        try:
+            llama_cpp = _native.llama()
+        except EngineError as err:
+            return Availability(usable=False, reason=str(err))
+        version = str(getattr(llama_cpp, "__version__", "unknown"))
+        gpu = bool(llama_cpp.llama_supports_gpu_offload())
+        info = _native.system_info(llama_cpp)
+        backend = _backend_name(info) if gpu else "cpu"
+        features = [f for f in _native.cpu_features(info) if f.startswith(("AVX", "NEON", "AMX", "SVE"))]
+        detail = ", ".join([backend.upper() if backend != "cpu" else "CPU", *features[:4]])
+        return Availability(
+            usable=True, reason=f"llama-cpp-python {version} ({detail})", version=version, backend=backend
+        )
+
+    def load(self, model: LocalModel, config: ServeConfig) -> LlamaCppModel:
+        """Load the GGUF and start the scheduler; raises ModelError/EngineError with what to change."""
+        path = Path(model.path)
+        architecture = check_gguf_file(path)
+        llama_cpp = _native.llama()
+        model_pointer = _load_model(llama_cpp, path, architecture, config)
+        try:
+            return _build(llama_cpp, model_pointer, model, path, architecture, config)
+        except BaseException:
+            llama_cpp.llama_model_free(model_pointer)
+            raise
+
+
+def _backend_name(system_info: str) -> str:
+    for name in ("CUDA", "Metal", "Vulkan", "HIP", "SYCL"):
+        if name.lower() in system_info.lower():
+            return name.lower()
+    return "gpu"
+
+
+def _load_model(llama_cpp: ModuleType, path: Path, architecture: str, config: ServeConfig) -> Any:
+    params = llama_cpp.llama_model_default_params()
+    gpu_layers = config.gpu_layers
+    if gpu_layers is None or gpu_layers < 0:
+        gpu_layers = _ALL_LAYERS if llama_cpp.llama_supports_gpu_offload() else 0
+    params.n_gpu_layers = gpu_layers
+    _native.clear_log_tail()
+    pointer = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    if pointer:
+        return pointer
+    lines = _native.log_tail()
+    detail = " | ".join(lines[-3:]) or "no details from llama.cpp"
+    version = getattr(llama_cpp, "__version__", "?")
+    if any("unknown model architecture" in line for line in lines):
+        raise ModelFormatError(
+            f"{path.name}: llama.cpp (llama-cpp-python {version}) does not support the architecture "
+            f"'{architecture}'. Upgrade llama-cpp-python or choose a model of a supported family."
+        )
+    if any("alloc" in line.lower() or "memory" in line.lower() for line in lines):
+        raise ModelDoesNotFitError(
+            f"{path.name} does not fit in memory ({detail}). "
+            "Choose a smaller quantization or offload fewer layers to the GPU."
+        )
+    raise ModelFormatError(f"llama.cpp could not load {path.name} (architecture '{architecture}'): {detail}")
+
+
+def _build(
+    llama_cpp: ModuleType,
+    model_pointer: Any,
+    model: LocalModel,
+    path: Path,
+    architecture: str,
+    config: ServeConfig,
+) -> LlamaCppModel:
+    train_context = int(llama_cpp.llama_model_n_ctx_train(model_pointer))
+    context = config.context or min(train_context, DEFAULT_CONTEXT)
+    if context > train_context:
+        log.warning("context %d is beyond the %d tokens this model was trained on", context, train_context)
+    parallel = config.parallel
+    n_ctx = context * parallel
+    threads = config.threads or _default_threads()
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx = n_ctx
+    params.n_batch = min(BATCH_TOKENS, n_ctx)
+    params.n_ubatch = min(BATCH_TOKENS, n_ctx)
+    params.n_seq_max = parallel
+    params.n_threads = threads
+    params.n_threads_batch = threads
+    params.kv_unified = True  # idle sequences' prefix caches may use any free cell
+    params.swa_full = True  # keep whole prompts in sliding-window layers so prefixes stay reusable
+    params.no_perf = True
+    params.type_k = params.type_v = _KV_TYPES[config.kv_cache_type]
+    if config.kv_cache_type != "f16":
+        params.flash_attn_type = (
+            _FLASH_ATTN_ENABLED  # llama.cpp needs flash attention for a quantized V cache
+        )
+    _native.clear_log_tail()
+    context_pointer = llama_cpp.llama_init_from_model(model_pointer, params)
+    if not context_pointer:
+        detail = " | ".join(_native.log_tail()[-2:])
+        raise ModelDoesNotFitError(
+            f"Not enough memory for a {context}-token context x {parallel} parallel sequences "
+            f"({n_ctx} KV cells) with {path.name}: lower --context or --parallel. {detail}".strip()
+        )
+    try:
+        vocab = llama_cpp.llama_model_get_vocab(model_pointer)
+        n_vocab = int(llama_cpp.llama_vocab_n_tokens(vocab))
+        eog = frozenset(t for t in range(n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, t))
+        pooling = _meta_int(llama_cpp, model_pointer, f"{architecture}.pooling_type")
+        embedder = Embedder(llama_cpp, model_pointer, min(train_context, 8192), threads) if pooling else None
+        memory = {
+            "weights": int(llama_cpp.llama_model_size(model_pointer)),
+            "kv_cache": _kv_cache_bytes(llama_cpp, model_pointer, architecture, n_ctx, config.kv_cache_type),
+        }
+        info = _model_info(
+            llama_cpp, model_pointer, model, path, architecture, context, train_context, parallel
+        )
+        info = ModelInfo(
+            **{**info.__dict__, "can_embed": embedder is not None, "eos_token_ids": tuple(sorted(eog))}
+        )
+        settings = RuntimeSettings(
+            parallel=parallel,
+            context=context,
+            n_ctx=n_ctx,
+            n_batch=int(params.n_batch),
+            max_queue=config.max_queue,
+            prefix_cache_tokens=config.prefix_cache_tokens,
+            memory=memory,
+        )
+        return LlamaCppModel(llama_cpp, model_pointer, context_pointer, info, settings, eog, embedder)
+    except BaseException:
+        llama_cpp.llama_free(context_pointer)
+        raise
+
+
+def _model_info(
+    llama_cpp: ModuleType,
+    model_pointer: Any,
+    model: LocalModel,
+    path: Path,
+    architecture: str,
+    context: int,
+    train_context: int,
+    parallel: int,
+) -> ModelInfo:
+    vocab = llama_cpp.llama_model_get_vocab(model_pointer)
+    template = llama_cpp.llama_model_chat_template(model_pointer, None)
+    return ModelInfo(
+        id=model.name,
+        engine="llamacpp",
+        engine_version=str(getattr(llama_cpp, "__version__", "unknown")),
+        path=str(path),
+        format="gguf",
+        architecture=architecture,
+        context_length=context,
+        train_context_length=train_context,
+        vocab_size=int(llama_cpp.llama_vocab_n_tokens(vocab)),
+        quant=model.quant,
+        chat_template=template.decode("utf-8", errors="replace") if template else None,
+        bos_token=_token_text(llama_cpp, vocab, int(llama_cpp.llama_vocab_bos(vocab))),
+        eos_token=_token_text(llama_cpp, vocab, int(llama_cpp.llama_vocab_eos(vocab))),
+        eos_token_ids=(),
+        add_bos_token=bool(llama_cpp.llama_vocab_get_add_bos(vocab)),
+        can_embed=False,
+        parallel=parallel,
+        extra={
+            "description": _describe(llama_cpp, model_pointer),
+            "parameters": int(llama_cpp.llama_model_n_params(model_pointer)),
+        },
+    )
+
+
+def _token_text(llama_cpp: ModuleType, vocab: Any, token: int) -> str | None:
+    if token < 0:
+        return None
+    raw = llama_cpp.llama_vocab_get_text(vocab, token)
+    return raw.decode("utf-8", errors="replace") if raw else None
+
+
+def _describe(llama_cpp: ModuleType, model_pointer: Any) -> str:
+    import ctypes
+
+    buffer = ctypes.create_string_buffer(256)
+    llama_cpp.llama_model_desc(model_pointer, buffer, 256)
+    return buffer.value.decode("utf-8", errors="replace")
+
+
+def _meta_int(llama_cpp: ModuleType, model_pointer: Any, key: str) -> int:
+    text = _native.meta_string(llama_cpp, model_pointer, key)
+    try:
+        return int(text) if text is not None else 0
+    except ValueError:
+        return 0
+
+
+def _kv_cache_bytes(
+    llama_cpp: ModuleType, model_pointer: Any, architecture: str, n_ctx: int, kv_type: str
+) -> int:
+    n_layer = int(llama_cpp.llama_model_n_layer(model_pointer))
+    n_head = max(1, int(llama_cpp.llama_model_n_head(model_pointer)))
+    n_head_kv = int(llama_cpp.llama_model_n_head_kv(model_pointer))
+    head_dim = int(llama_cpp.llama_model_n_embd(model_pointer)) // n_head
+    key_length = _meta_int(llama_cpp, model_pointer, f"{architecture}.attention.key_length") or head_dim
+    value_length = _meta_int(llama_cpp, model_pointer, f"{architecture}.attention.value_length") or head_dim
+    per_token = n_layer * n_head_kv * (key_length + value_length) * _KV_BYTES_PER_ELEMENT[kv_type]
+    return int(per_token * n_ctx)
+
+
+def _default_threads() -> int:
+    try:
+        import psutil  # type: ignore[import-untyped]
+
+        physical = psutil.cpu_count(logical=False)
+    except ImportError:
+        physical = None
+    return max(1, physical or os.cpu_count() or 1)

@@ -1,0 +1,265 @@
+"""`LlamaCppModel`: a loaded GGUF behind the engine seam (tokenize, generate, embed, stats, close).
+
+The llama context belongs to the scheduler thread; this object only queues work for it and
+hands events back on the caller's asyncio loop. Tokenizing reads the vocabulary only, which
+llama.cpp allows from any thread (its own server tokenizes on its HTTP threads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from launcher.core.errors import EngineError
+from launcher.engines.base import EngineStats, GenerationEvent, GenerationRequest, ModelInfo
+from launcher.engines.llamacpp._embedding import Embedder
+from launcher.engines.llamacpp._sampling import ConstraintError, compile_constraint
+from launcher.engines.llamacpp._scheduler import Job, Scheduler
+
+log = logging.getLogger("launcher.engines.llamacpp")
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """How the context was built; the scheduler and stats need these numbers."""
+
+    parallel: int
+    context: int  # tokens per sequence
+    n_ctx: int  # KV cells in the shared cache
+    n_batch: int
+    max_queue: int
+    prefix_cache_tokens: int | None
+    memory: dict[str, int]
+
+
+class EventStream(AsyncIterator[GenerationEvent]):
+    """The async iterator `generate` returns; closing it early (aclose, task cancel, GC) cancels the job."""
+
+    def __init__(self, job: Job, scheduler: Scheduler | None) -> None:
+        self._job = job
+        self._scheduler = scheduler
+        self._done = False
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> GenerationEvent:
+        if self._done:
+            raise StopAsyncIteration
+        try:
+            event = await self._job.queue.get()
+        except asyncio.CancelledError:
+            self._cancel()
+            raise
+        if event.finish_reason is not None:
+            self._done = True
+        return event
+
+    async def aclose(self) -> None:
+        """Stop generating: the scheduler frees the sequence at its next step."""
+        self._cancel()
+
+    def _cancel(self) -> None:
+        if not self._done:
+            self._done = True
+            self._job.cancelled = True
+            if self._scheduler is not None:
+                self._scheduler.wake()
+
+    def __del__(self) -> None:
+        # A stream dropped without being exhausted or closed must not keep generating.
+        if not self._done:
+            self._job.cancelled = True
+
+
+class LlamaCppModel:
+    """A GGUF loaded into one llama.cpp context shared by up to `parallel` sequences."""
+
+    def __init__(
+        self,
+        llama_cpp: ModuleType,
+        model_pointer: Any,
+        context_pointer: Any,
+        info: ModelInfo,
+        settings: RuntimeSettings,
+        eog_tokens: frozenset[int],
+        embedder: Embedder | None,
+    ) -> None:
+        self.info = info
+        self._ll = llama_cpp
+        self._model = model_pointer
+        self._ctx = context_pointer
+        self._vocab = llama_cpp.llama_model_get_vocab(model_pointer)
+        self._n_vocab = info.vocab_size
+        self._settings = settings
+        self._pieces: list[bytes | None] = [None] * self._n_vocab
+        self._embedder = embedder
+        self._closed = False
+        self._scheduler = Scheduler(
+            llama_cpp,
+            context_pointer,
+            self._vocab,
+            n_vocab=self._n_vocab,
+            parallel=settings.parallel,
+            context=settings.context,
+            n_batch=settings.n_batch,
+            max_queue=settings.max_queue,
+            prefix_cache_tokens=settings.prefix_cache_tokens,
+            eog_tokens=eog_tokens,
+            piece=self.token_bytes,
+        )
+        self._scheduler.start()
+
+    # ----- vocabulary ------------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        """Text to token ids (special-token text like `<|im_end|>` parsed when `parse_special`)."""
+        data = text.encode("utf-8")
+        capacity = len(data) + 16
+        while True:
+            buffer = (self._ll.llama_token * capacity)()
+            count = self._ll.llama_tokenize(
+                self._vocab, data, len(data), buffer, capacity, add_special, parse_special
+            )
+            if count >= 0:
+                return list(buffer[:count])
+            capacity = -count
+
+    def detokenize(self, tokens: list[int]) -> str:
+        """Token ids back to text; special tokens are written out as their text."""
+        if not tokens:
+            return ""
+        array = (self._ll.llama_token * len(tokens))(*tokens)
+        capacity = len(tokens) * 8 + 32
+        while True:
+            buffer = ctypes.create_string_buffer(capacity)
+            count = self._ll.llama_detokenize(self._vocab, array, len(tokens), buffer, capacity, False, True)
+            if count >= 0:
+                return buffer.raw[:count].decode("utf-8", errors="replace")
+            capacity = -count
+
+    def token_bytes(self, token: int) -> bytes:
+        """The raw bytes a generated token adds to the text (control tokens add nothing)."""
+        piece = self._pieces[token]
+        if piece is None:
+            buffer = ctypes.create_string_buffer(64)
+            count = self._ll.llama_token_to_piece(self._vocab, token, buffer, 64, 0, False)
+            if count < 0:
+                buffer = ctypes.create_string_buffer(-count)
+                count = self._ll.llama_token_to_piece(self._vocab, token, buffer, -count, 0, False)
+            piece = buffer.raw[:count]
+            self._pieces[token] = piece
+        return piece
+
+    # ----- generation ------------------------------------------------------------------------
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
+        """Queue `request` and stream its events; raises QueueFullError when the wait queue is full.
+
+        Requests the engine cannot run (empty or too-long prompt, bad constraint) get a single
+        event with finish_reason "error" and a message that says what to change.
+        """
+        loop = asyncio.get_running_loop()
+        prompt = np.asarray(request.prompt_tokens, dtype=np.int32)
+        job = Job(request=request, prompt=prompt, grammar=None, loop=loop, queue=asyncio.Queue())
+        problem = self._check(request, prompt)
+        if problem is None and request.constraint is not None:
+            try:
+                job.grammar = compile_constraint(request.constraint)
+            except ConstraintError as err:
+                problem = str(err)
+        if problem is not None:
+            job.queue.put_nowait(
+                GenerationEvent(finish_reason="error", error=problem, prompt_tokens=len(prompt))
+            )
+            return EventStream(job, None)
+        self._scheduler.submit(job)
+        return EventStream(job, self._scheduler)
+
+    def _check(self, request: GenerationRequest, prompt: np.ndarray[Any, Any]) -> str | None:
+        if self._closed:
+            return "the model has been unloaded"
+        if len(prompt) == 0:
+            return "the prompt is empty"
+        if int(prompt.min()) < 0 or int(prompt.max()) >= self._n_vocab:
+            return f"the prompt has token ids outside this model's vocabulary (0..{self._n_vocab - 1})"
+        if len(prompt) >= self._settings.context:
+            return (
+                f"the prompt is {len(prompt)} tokens but the context is {self._settings.context} tokens per "
+                "request: shorten the prompt or restart the server with a larger --context"
+            )
+        if request.max_tokens < 1:
+            return "max_tokens must be at least 1"
+        return None
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        """Mean/CLS-pooled, L2-normalised embeddings; raises EngineError if this model cannot embed."""
+        if self._embedder is None:
+            raise EngineError(
+                f"{self.info.id} is a text-generation model without a pooling head, so it cannot produce "
+                "embeddings. Serve an embedding model (a GGUF with a pooling type) for /v1/embeddings."
+            )
+        if self._closed:
+            raise EngineError("the model has been unloaded")
+        embedder = self._embedder
+        token_lists = [self.tokenize(text, add_special=True, parse_special=False) for text in texts]
+        embedder.check_lengths(token_lists)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[list[float]]] = loop.create_future()
+
+        def task() -> None:
+            try:
+                result = embedder.embed(token_lists)
+            except Exception as err:  # handed to the awaiting coroutine, not lost on this thread
+                loop.call_soon_threadsafe(_set_exception, future, err)
+            else:
+                loop.call_soon_threadsafe(_set_result, future, result)
+
+        self._scheduler.run_task(task)
+        return await future
+
+    # ----- status and shutdown -----------------------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        """Live numbers for /metrics (cheap; called from the event loop)."""
+        counters = self._scheduler.counters()
+        return EngineStats(
+            requests_running=counters.running,
+            requests_waiting=counters.waiting,
+            kv_cache_used_tokens=counters.kv_used_tokens,
+            kv_cache_total_tokens=self._settings.n_ctx,
+            prefix_cache_hits=counters.prefix_hits,
+            prefix_cache_misses=counters.prefix_misses,
+            prefix_cache_hit_tokens=counters.prefix_hit_tokens,
+            memory=dict(self._settings.memory),
+            prefill_tokens_total=counters.prefill_tokens,
+            decode_tokens_total=counters.decode_tokens,
+        )
+
+    def close(self) -> None:
+        """Stop the scheduler thread (open requests end as cancelled) and free the model."""
+        if self._closed:
+            return
+        self._closed = True
+        self._scheduler.stop()
+        if self._embedder is not None:
+            self._embedder.close()
+        self._ll.llama_free(self._ctx)
+        self._ll.llama_model_free(self._model)
+
+
+def _set_result(future: asyncio.Future[list[list[float]]], result: list[list[float]]) -> None:
+    if not future.done():
+        future.set_result(result)
+
+
+def _set_exception(future: asyncio.Future[list[list[float]]], error: Exception) -> None:
+    if not future.done():
+        future.set_exception(error)
