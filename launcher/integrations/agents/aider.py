@@ -1,0 +1,81 @@
+"""Aider: OPENAI_API_BASE / OPENAI_API_KEY, `--model openai/<id>`, and ~/.aider.model.metadata.json.
+
+Docs: https://aider.chat/docs/llms/openai-compat.html (env vars, the `openai/` prefix) and
+https://aider.chat/docs/config/adv-model-settings.html (.aider.model.metadata.json in the home
+directory, keyed by the litellm model name, with max_input_tokens / max_output_tokens; without it
+Aider warns about an unknown model and assumes a context size).
+Aider edits through text (diff/whole edit formats), not tool calls.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from launcher.integrations.agents.base import Agent
+from launcher.integrations.endpoint import Endpoint
+from launcher.integrations.setup import AgentSetup, ConfigEdit, Field, context_warnings, output_tokens_for
+
+MIN_CONTEXT = 8_192  # repo map (~1k) + a few files + edit instructions
+
+
+def build(endpoint: Endpoint) -> AgentSetup:
+    """Aider's settings for `endpoint`."""
+    litellm_name = f"openai/{endpoint.model_id}"
+    env = {"OPENAI_API_BASE": endpoint.base_url, "OPENAI_API_KEY": endpoint.key_or_placeholder}
+    edits: tuple[ConfigEdit, ...] = ()
+    if endpoint.context_length:
+        output = output_tokens_for(endpoint.context_length)
+        metadata: dict[str, Any] = {
+            "max_tokens": output,
+            "max_input_tokens": endpoint.context_length,
+            "max_output_tokens": output,
+            "input_cost_per_token": 0.0,
+            "output_cost_per_token": 0.0,
+            "litellm_provider": "openai",
+            "mode": "chat",
+        }
+        edits = (
+            ConfigEdit(
+                relative_path=".aider.model.metadata.json",
+                format="json",
+                fragment={litellm_name: metadata},
+                description="model metadata: the context window Aider should budget for",
+            ),
+        )
+    warnings = context_warnings("Aider", MIN_CONTEXT, endpoint.context_length)
+    warnings.append(
+        "Aider doesn't know this model, so it uses the plain 'whole' edit format; small models may "
+        "still garble edits. Try --edit-format diff for stronger models."
+    )
+    return AgentSetup(
+        agent_id="aider",
+        agent_name="Aider",
+        docs_url=AGENT.docs_url,
+        wire_api="openai-chat",
+        env=env,
+        command=f"aider --model {shlex.quote(litellm_name)}",
+        config_edits=edits,
+        fields=(
+            Field("OPENAI_API_BASE", endpoint.base_url),
+            Field("OPENAI_API_KEY", env["OPENAI_API_KEY"], secret=endpoint.api_key is not None),
+            Field("--model", litellm_name),
+        ),
+        min_context=MIN_CONTEXT,
+        context_length=endpoint.context_length,
+        warnings=tuple(warnings),
+        notes=("Setting OPENAI_API_BASE also redirects other OpenAI tools started from that shell.",),
+    )
+
+
+AGENT = Agent(
+    id="aider",
+    name="Aider",
+    docs_url="https://aider.chat/docs/llms/openai-compat.html",
+    wire_api="openai-chat",
+    min_context=MIN_CONTEXT,
+    needs_tools=False,
+    summary="pair programming in the terminal; edits through text, not tool calls",
+    config_file=".aider.model.metadata.json",
+    build=build,
+)

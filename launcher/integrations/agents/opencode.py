@@ -1,0 +1,84 @@
+"""OpenCode: a custom provider in ~/.config/opencode/opencode.json.
+
+Docs: https://opencode.ai/docs/providers/#custom-provider and https://opencode.ai/docs/config/
+(provider.<id>.npm "@ai-sdk/openai-compatible", options.baseURL / options.apiKey,
+models.<id>.name and limit.context / limit.output, top-level "model": "<provider>/<model>").
+OpenCode reads a project's opencode.json too; we write the global one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from launcher.integrations.agents.base import Agent
+from launcher.integrations.endpoint import Endpoint
+from launcher.integrations.setup import AgentSetup, ConfigEdit, Field, context_warnings, output_tokens_for
+
+MIN_CONTEXT = 16_384  # system prompt + tool schemas are ~10k tokens before any file is read
+PROVIDER_ID = "launcher"
+
+
+def build(endpoint: Endpoint) -> AgentSetup:
+    """OpenCode's settings for `endpoint`."""
+    model: dict[str, Any] = {"name": f"{endpoint.model_id} (launcher)", "tool_call": True}
+    if endpoint.context_length:
+        # Without a limit OpenCode cannot compact in time and overflows the server's context.
+        model["limit"] = {
+            "context": endpoint.context_length,
+            "output": output_tokens_for(endpoint.context_length),
+        }
+    options: dict[str, Any] = {"baseURL": endpoint.base_url}
+    if endpoint.api_key:
+        options["apiKey"] = endpoint.api_key
+    fragment: dict[str, Any] = {
+        "provider": {
+            PROVIDER_ID: {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": "Launcher (local)",
+                "options": options,
+                "models": {endpoint.model_id: model},
+            }
+        },
+        "model": f"{PROVIDER_ID}/{endpoint.model_id}",
+    }
+    warnings = context_warnings("OpenCode", MIN_CONTEXT, endpoint.context_length)
+    warnings.append("OpenCode's build agent works through tool calls: run the Test to check them.")
+    return AgentSetup(
+        agent_id="opencode",
+        agent_name="OpenCode",
+        docs_url=AGENT.docs_url,
+        wire_api="openai-chat",
+        env={},
+        command=f"opencode --model {PROVIDER_ID}/{endpoint.model_id}",
+        config_edits=(
+            ConfigEdit(
+                relative_path=".config/opencode/opencode.json",
+                format="json",
+                fragment=fragment,
+                defaults={"$schema": "https://opencode.ai/config.json"},
+                description="global OpenCode config: a `launcher` provider and the default model",
+            ),
+        ),
+        fields=(
+            Field("baseURL", endpoint.base_url),
+            Field("model", f"{PROVIDER_ID}/{endpoint.model_id}"),
+            *((Field("apiKey", endpoint.api_key, secret=True),) if endpoint.api_key else ()),
+        ),
+        min_context=MIN_CONTEXT,
+        context_length=endpoint.context_length,
+        warnings=tuple(warnings),
+        notes=("Pick the model inside OpenCode with /models if you keep another default.",),
+    )
+
+
+AGENT = Agent(
+    id="opencode",
+    name="OpenCode",
+    docs_url="https://opencode.ai/docs/providers/#custom-provider",
+    wire_api="openai-chat",
+    min_context=MIN_CONTEXT,
+    needs_tools=True,
+    summary="open-source terminal agent; OpenAI-compatible chat completions",
+    config_file=".config/opencode/opencode.json",
+    build=build,
+)

@@ -1,0 +1,133 @@
+"""The endpoint an agent connects to, and how to find the one a local `launcher serve` is running.
+
+`Endpoint` is a plain value: the OpenAI-style base URL (ending in `/v1`), the key (None when the
+server needs none), the model id clients send, and the context length when it is known.
+`discover_endpoint` asks a running server (`GET /v1/models`) for the missing pieces, so
+`launcher connect` and the app's "Connect an agent" panel never make the user type what the
+server already knows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from launcher.core.config import DEFAULT_PORT
+from launcher.core.errors import ConfigError, ServerError
+
+DEFAULT_BASE_URL = f"http://127.0.0.1:{DEFAULT_PORT}/v1"
+
+# A placeholder token for agents that refuse to start without one, when the server needs no key.
+NO_KEY_PLACEHOLDER = "launcher-local"
+
+# Keys under which OpenAI-compatible servers report a model's context length in /v1/models.
+_CONTEXT_KEYS = ("context_length", "context_window", "max_model_len", "n_ctx", "max_context_length")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where an agent sends requests and with which model."""
+
+    base_url: str
+    api_key: str | None
+    model_id: str
+    context_length: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "base_url", normalize_base_url(self.base_url))
+        if not self.model_id.strip():
+            raise ConfigError("the model id is empty: pass --model or start a server with a model loaded")
+
+    @property
+    def root_url(self) -> str:
+        """The server root without the trailing `/v1` (Anthropic clients append `/v1/messages` themselves)."""
+        return self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+
+    @property
+    def key_or_placeholder(self) -> str:
+        """The key, or a harmless placeholder for agents that insist on a non-empty one."""
+        return self.api_key or NO_KEY_PLACEHOLDER
+
+    @classmethod
+    def from_ready_line(cls, info: dict[str, Any], api_key: str | None = None) -> Endpoint:
+        """Build from the JSON of the server's `LAUNCHER_READY` line (contract 1)."""
+        return cls(
+            base_url=str(info["base_url"]),
+            api_key=api_key,
+            model_id=str(info["model"]),
+            context_length=int(info["context_length"]) if info.get("context_length") else None,
+        )
+
+
+def normalize_base_url(url: str) -> str:
+    """`http://host:port`, `.../v1/` or `host:port` all become `http://host:port/v1`."""
+    text = url.strip().rstrip("/")
+    if not text:
+        raise ConfigError("the base URL is empty")
+    if "://" not in text:
+        text = "http://" + text
+    if not text.endswith("/v1"):
+        text += "/v1"
+    return text
+
+
+def context_length_from_model_entry(entry: dict[str, Any]) -> int | None:
+    """The context length an OpenAI-style `/v1/models` entry reports, if any (also under `meta`)."""
+    for source in (entry, entry.get("meta") or {}, entry.get("metadata") or {}):
+        if not isinstance(source, dict):
+            continue
+        for key in _CONTEXT_KEYS:
+            value = source.get(key)
+            if isinstance(value, int) and value > 0:
+                return value
+    return None
+
+
+def discover_endpoint(
+    base_url: str | None = None,
+    api_key: str | None = None,
+    model_id: str | None = None,
+    context_length: int | None = None,
+    *,
+    timeout: float = 5.0,
+) -> Endpoint:
+    """Fill in what is missing by asking the server's `/v1/models` (default: the local default port).
+
+    Raises ServerError with what to do when no server answers, or the key is refused.
+    """
+    import httpx
+
+    url = normalize_base_url(base_url or DEFAULT_BASE_URL)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        response = httpx.get(f"{url}/models", headers=headers, timeout=timeout)
+    except httpx.HTTPError as err:
+        hint = (
+            "start one with `launcher serve` (or open the app), or pass --base-url"
+            if base_url is None
+            else "check the URL and that the server is running"
+        )
+        raise ServerError(f"no server answered at {url} ({type(err).__name__}): {hint}") from err
+    if response.status_code in (401, 403):
+        raise ServerError(
+            f"the server at {url} refused the API key (HTTP {response.status_code}): pass --api-key"
+        )
+    if response.status_code != 200:
+        raise ServerError(
+            f"GET {url}/models returned HTTP {response.status_code}; is this an OpenAI-compatible server?"
+        )
+    try:
+        entries = [e for e in response.json().get("data", []) if isinstance(e, dict) and e.get("id")]
+    except ValueError as err:
+        raise ServerError(
+            f"GET {url}/models did not return JSON; is this an OpenAI-compatible server?"
+        ) from err
+    if not entries:
+        raise ServerError(f"the server at {url} lists no models")
+    chosen = entries[0]
+    if model_id:
+        chosen = next((e for e in entries if e["id"] == model_id), {"id": model_id})
+    endpoint = Endpoint(url, api_key, str(chosen["id"]), context_length)
+    if context_length is None:
+        endpoint = replace(endpoint, context_length=context_length_from_model_entry(chosen))
+    return endpoint
