@@ -56,8 +56,15 @@ def option_json(option: Option) -> dict[str, Any]:
             "kv_bytes": fit.kv_bytes,
             "overhead_bytes": fit.overhead_bytes,
             "devices": [
-                {"device": d.device, "weights": d.weights, "kv_cache": d.kv_cache, "overhead": d.overhead,
-                 "free": d.free, "total": d.total, "fits": d.fits}
+                {
+                    "device": d.device,
+                    "weights": d.weights,
+                    "kv_cache": d.kv_cache,
+                    "overhead": d.overhead,
+                    "free": d.free,
+                    "total": d.total,
+                    "fits": d.fits,
+                }
                 for d in fit.devices
             ],
             "advice": list(fit.advice),
@@ -125,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'model':<28} {'engine + format + quant':<34} {'verdict':<34} {'decode tok/s':>12}")
     for rec in recs:
         c = rec.choice
-        print(f"{rec.model_id:<28} {c.label:<34} {c.fit.label:<34} "
-              f"{c.speed.decode_low:>5.0f}-{c.speed.decode_high:<6.0f}")
+        print(
+            f"{rec.model_id:<28} {c.label:<34} {c.fit.label:<34} {c.speed.decode_low:>5.0f}-{c.speed.decode_high:<6.0f}"
+        )
     print("\n`launcher recommend MODEL` explains one model: memory breakdown, reasons, alternatives.")
     return 0

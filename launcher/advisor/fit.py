@@ -112,8 +112,13 @@ def weights_bytes(arch: Architecture, bits_per_weight: float) -> int:
     return int(arch.params_total_b * 1e9 * bits_per_weight / 8)
 
 
-def kv_cache_bytes(arch: Architecture, context: int, parallel: int = 1, kv_type: KvType = "f16",
-                   sliding_window_aware: bool = True) -> int:
+def kv_cache_bytes(
+    arch: Architecture,
+    context: int,
+    parallel: int = 1,
+    kv_type: KvType = "f16",
+    sliding_window_aware: bool = True,
+) -> int:
     """KV cache bytes for `parallel` sequences of `context` tokens (sliding layers keep only the window)."""
     per_token_per_layer = 2 * arch.kv_heads * arch.head_dim * KV_BYTES_PER_ELEMENT[kv_type]
     if sliding_window_aware and arch.sliding_window and arch.full_attention_layers is not None:
@@ -155,8 +160,16 @@ def fit_model(
     margin = int(SAFETY_MARGIN * (weights + kv))
     ram_free = max(0, machine.memory.available - CPU_RESERVE_BYTES)
     base = FitResult(
-        verdict="wont_fit", devices=(), gpu_layers=0, total_layers=arch.layers, weights_bytes=weights,
-        kv_bytes=kv, overhead_bytes=compute + margin, context=context, parallel=parallel, kv_type=kv_type,
+        verdict="wont_fit",
+        devices=(),
+        gpu_layers=0,
+        total_layers=arch.layers,
+        weights_bytes=weights,
+        kv_bytes=kv,
+        overhead_bytes=compute + margin,
+        context=context,
+        parallel=parallel,
+        kv_type=kv_type,
     )
 
     if use_gpu and machine.apple is not None:
@@ -175,11 +188,14 @@ def _fit_apple(machine: Machine, base: FitResult, overhead: int, ram_free: int, 
     gpu_free = min(machine.apple.gpu_wired_limit, machine.memory.available)
     pool = DeviceFit(
         f"{machine.apple.chip} unified memory (GPU limit {format_bytes(machine.apple.gpu_wired_limit)})",
-        base.weights_bytes, base.kv_bytes, overhead, gpu_free, machine.apple.unified_memory,
+        base.weights_bytes,
+        base.kv_bytes,
+        overhead,
+        gpu_free,
+        machine.apple.unified_memory,
     )
     if pool.fits:
-        return replace(base, verdict="unified", devices=(pool,), gpu_layers=base.total_layers,
-                       overhead_bytes=overhead)
+        return replace(base, verdict="unified", devices=(pool,), gpu_layers=base.total_layers, overhead_bytes=overhead)
     if allow_offload:
         per_layer = (base.weights_bytes + base.kv_bytes) / base.total_layers
         on_gpu = max(0, min(base.total_layers, math.floor((gpu_free - overhead) / per_layer)))
@@ -187,17 +203,27 @@ def _fit_apple(machine: Machine, base: FitResult, overhead: int, ram_free: int, 
         cpu_share = int(per_layer * rest)
         if on_gpu > 0 and pool.used <= ram_free + overhead:
             devices = (
-                replace(pool, weights=int(base.weights_bytes * on_gpu / base.total_layers),
-                        kv_cache=int(base.kv_bytes * on_gpu / base.total_layers)),
-                DeviceFit("CPU side of unified memory", cpu_share, 0, 0, max(0, ram_free - gpu_free),
-                          machine.apple.unified_memory),
+                replace(
+                    pool,
+                    weights=int(base.weights_bytes * on_gpu / base.total_layers),
+                    kv_cache=int(base.kv_bytes * on_gpu / base.total_layers),
+                ),
+                DeviceFit(
+                    "CPU side of unified memory",
+                    cpu_share,
+                    0,
+                    0,
+                    max(0, ram_free - gpu_free),
+                    machine.apple.unified_memory,
+                ),
             )
             return replace(base, verdict="partial", devices=devices, gpu_layers=on_gpu, overhead_bytes=overhead)
     return replace(base, verdict="wont_fit", devices=(pool,), overhead_bytes=overhead)
 
 
-def _fit_discrete(machine: Machine, base: FitResult, compute: int, margin: int, ram_free: int,
-                  allow_offload: bool) -> FitResult:
+def _fit_discrete(
+    machine: Machine, base: FitResult, compute: int, margin: int, ram_free: int, allow_offload: bool
+) -> FitResult:
     gpus = machine.nvidia_gpus or tuple(g for g in machine.gpus if g.vendor in ("amd", "intel"))
     n = len(gpus)
     per_card_overhead = CUDA_RUNTIME_BYTES + compute // n + margin // n
@@ -223,8 +249,9 @@ def _fit_discrete(machine: Machine, base: FitResult, compute: int, margin: int, 
         )
 
     if base.weights_bytes + base.kv_bytes <= total_usable:
-        return replace(base, verdict="full_gpu", devices=split(layers), gpu_layers=layers,
-                       overhead_bytes=overhead_total)
+        return replace(
+            base, verdict="full_gpu", devices=split(layers), gpu_layers=layers, overhead_bytes=overhead_total
+        )
     on_gpu = max(0, min(layers, math.floor(total_usable / per_layer))) if allow_offload else 0
     cpu_weights = int(base.weights_bytes * (layers - on_gpu) / layers)
     cpu_kv = int(base.kv_bytes * (layers - on_gpu) / layers)
@@ -235,5 +262,10 @@ def _fit_discrete(machine: Machine, base: FitResult, compute: int, margin: int, 
         verdict: Verdict = "cpu" if cpu.fits else "wont_fit"
         return replace(base, verdict=verdict, devices=(cpu,), overhead_bytes=compute + margin)
     verdict = "partial" if cpu.fits else "wont_fit"
-    return replace(base, verdict=verdict, devices=(*split(on_gpu), cpu), gpu_layers=on_gpu,
-                   overhead_bytes=overhead_total + compute)
+    return replace(
+        base,
+        verdict=verdict,
+        devices=(*split(on_gpu), cpu),
+        gpu_layers=on_gpu,
+        overhead_bytes=overhead_total + compute,
+    )

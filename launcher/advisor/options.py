@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from launcher.advisor.fit import FitResult, KvType, fit_model, weights_bytes
 from launcher.advisor.speed import SpeedEstimate, estimate_speed
 from launcher.advisor.tables import bits_per_weight
-from launcher.catalog.schema import CatalogModel
+from launcher.catalog.schema import CatalogModel, ExlVariant, MlxVariant
 from launcher.hardware.machine import Machine
 
 ENGINE_LABELS = {
@@ -65,20 +65,42 @@ def _source(model: CatalogModel, fmt: str, quant: str) -> str:
 def _recorded_size(model: CatalogModel, fmt: str, quant: str) -> int | None:
     if fmt == "gguf" and model.gguf:
         return model.gguf.quants[quant].size_bytes
-    table = {"mlx": model.mlx, "exl3": model.exl3, "exl2": model.exl2}.get(fmt, {})
-    return table[quant].size_bytes if quant in table else None
+    variants: dict[str, MlxVariant] | dict[str, ExlVariant]
+    if fmt == "mlx":
+        variants = model.mlx
+    elif fmt in ("exl3", "exl2"):
+        variants = model.exl3 if fmt == "exl3" else model.exl2
+    else:
+        return None
+    return variants[quant].size_bytes if quant in variants else None
 
 
-def build_option(machine: Machine, model: CatalogModel, engine: str, fmt: str, quant: str, *, context: int,
-                 parallel: int, kv_type: KvType = "f16", status: EngineStatus | None = None) -> Option:
+def build_option(
+    machine: Machine,
+    model: CatalogModel,
+    engine: str,
+    fmt: str,
+    quant: str,
+    *,
+    context: int,
+    parallel: int,
+    kv_type: KvType = "f16",
+    status: EngineStatus | None = None,
+) -> Option:
     """Fit and time one (engine, format, quant) for `model` on `machine`."""
     table_format = "vllm" if engine == "vllm" else fmt
     bpw = bits_per_weight(table_format, quant)
     weights = _recorded_size(model, fmt, quant) or weights_bytes(model.architecture, bpw)
     on_gpu = engine != "llamacpp" or bool(machine.gpus) or machine.apple is not None
     fit = fit_model(
-        machine, model.architecture, weights, context=context, parallel=parallel, kv_type=kv_type,
-        use_gpu=on_gpu, allow_offload=engine == "llamacpp",
+        machine,
+        model.architecture,
+        weights,
+        context=context,
+        parallel=parallel,
+        kv_type=kv_type,
+        use_gpu=on_gpu,
+        allow_offload=engine == "llamacpp",
         sliding_window_aware=engine in ("llamacpp", "mlx", "vllm"),
     )
     tensor_parallel = engine in ("exllamav3", "vllm") and len(machine.nvidia_gpus) > 1
@@ -87,8 +109,15 @@ def build_option(machine: Machine, model: CatalogModel, engine: str, fmt: str, q
     if engine in LAUNCHABLE_ENGINES and status is not None:
         reason = status.get(engine, "not registered")
     return Option(
-        engine=engine, format=fmt, quant=quant, bits_per_weight=bpw, weights_bytes=weights, fit=fit,
-        speed=speed, source=_source(model, fmt, quant), launchable=engine in LAUNCHABLE_ENGINES,
+        engine=engine,
+        format=fmt,
+        quant=quant,
+        bits_per_weight=bpw,
+        weights_bytes=weights,
+        fit=fit,
+        speed=speed,
+        source=_source(model, fmt, quant),
+        launchable=engine in LAUNCHABLE_ENGINES,
         unavailable_reason=reason,
     )
 
@@ -100,8 +129,15 @@ def is_datacenter(machine: Machine) -> bool:
     return any(n in g.name for g in machine.gpus for n in datacenter_names) or len(big_cards) >= 4
 
 
-def candidate_options(machine: Machine, model: CatalogModel, *, context: int, parallel: int,
-                      status: EngineStatus | None = None, team: bool = False) -> list[Option]:
+def candidate_options(
+    machine: Machine,
+    model: CatalogModel,
+    *,
+    context: int,
+    parallel: int,
+    status: EngineStatus | None = None,
+    team: bool = False,
+) -> list[Option]:
     """Every option worth considering for this machine (engines that cannot run here are left out)."""
     specs: list[tuple[str, str, str]] = []
     nvidia = machine.nvidia_gpus

@@ -34,9 +34,18 @@ class ServePlan:
     fit: FitResult
 
 
-def plan_local(machine: Machine, fmt: str, arch: Architecture, weights: int, *, context: int | None = None,
-               parallel: int = 1, engine: str | None = None, status: EngineStatus | None = None,
-               kv_type: KvType = "f16") -> ServePlan:
+def plan_local(
+    machine: Machine,
+    fmt: str,
+    arch: Architecture,
+    weights: int,
+    *,
+    context: int | None = None,
+    parallel: int = 1,
+    engine: str | None = None,
+    status: EngineStatus | None = None,
+    kv_type: KvType = "f16",
+) -> ServePlan:
     """Plan a serve of a local model in format `fmt` with architecture `arch` and `weights` bytes on disk.
 
     The engine follows the format (quant formats need the engine with kernels for them); the
@@ -68,15 +77,20 @@ def plan_local(machine: Machine, fmt: str, arch: Architecture, weights: int, *, 
         contexts = [c for c in (limit, 16384, 8192, 4096, MIN_SERVE_CONTEXT) if c <= limit] or [limit]
     fit = None
     for ctx in contexts:
-        fit = fit_model(machine, arch, weights, context=ctx, parallel=parallel, kv_type=kv_type, use_gpu=use_gpu,
-                        allow_offload=allow_offload)
+        fit = fit_model(
+            machine,
+            arch,
+            weights,
+            context=ctx,
+            parallel=parallel,
+            kv_type=kv_type,
+            use_gpu=use_gpu,
+            allow_offload=allow_offload,
+        )
         if fit.fits:
             break
     assert fit is not None
-    if fit.verdict in ("full_gpu", "unified"):
-        gpu_layers = -1
-    else:
-        gpu_layers = fit.gpu_layers
+    gpu_layers = -1 if fit.verdict in ("full_gpu", "unified") else fit.gpu_layers
     if context is None and fit.context < contexts[0]:
         why += f"; context {fit.context} so the KV cache fits"
     return ServePlan(engine=engine, reason=why, gpu_layers=gpu_layers, context=fit.context, fit=fit)

@@ -132,28 +132,60 @@ def _pick(machine: Machine, options: list[Option], team: bool) -> tuple[Option |
     return None, reasons
 
 
-def _advice(machine: Machine, model: CatalogModel, option: Option, context: int, users: int,
-            status: EngineStatus | None) -> tuple[str, ...]:
+def _advice(
+    machine: Machine,
+    model: CatalogModel,
+    option: Option,
+    context: int,
+    users: int,
+    status: EngineStatus | None,
+) -> tuple[str, ...]:
     """What to change to make a non-fitting option fit."""
     fit = option.fit
     free = sum(d.free for d in fit.devices)
     lines = [f"needs {format_bytes(fit.needed_bytes)}, {format_bytes(free)} free"]
-    smaller = [q for q in (model.quants(option.format) if option.format in ("gguf", "mlx", "exl3", "exl2") else [])
-               if q != option.quant]
+    fmt = option.format
+    quants = model.quants(fmt) if fmt in ("gguf", "mlx", "exl3", "exl2") else []  # type: ignore[arg-type]
+    smaller = [q for q in quants if q != option.quant]
     for quant in smaller:
-        alt = build_option(machine, model, option.engine, option.format, quant, context=context, parallel=users,
-                           status=status)
+        alt = build_option(
+            machine,
+            model,
+            option.engine,
+            option.format,
+            quant,
+            context=context,
+            parallel=users,
+            status=status,
+        )
         if alt.fit.fits and alt.bits_per_weight < option.bits_per_weight:
             lines.append(f"use {quant}")
             break
     for smaller_context in (c for c in FALLBACK_CONTEXTS if c < context):
-        alt = build_option(machine, model, option.engine, option.format, option.quant, context=smaller_context,
-                           parallel=users, status=status)
+        alt = build_option(
+            machine,
+            model,
+            option.engine,
+            option.format,
+            option.quant,
+            context=smaller_context,
+            parallel=users,
+            status=status,
+        )
         if alt.fit.fits:
             lines.append(f"or context {smaller_context // 1024}k")
             break
-    alt = build_option(machine, model, option.engine, option.format, option.quant, context=context, parallel=users,
-                       kv_type="q8_0", status=status)
+    alt = build_option(
+        machine,
+        model,
+        option.engine,
+        option.format,
+        option.quant,
+        context=context,
+        parallel=users,
+        kv_type="q8_0",
+        status=status,
+    )
     if alt.fit.fits and option.engine == "llamacpp":
         lines.append("or a q8_0 KV cache")
     if len(lines) == 1:
@@ -161,8 +193,14 @@ def _advice(machine: Machine, model: CatalogModel, option: Option, context: int,
     return (lines[0] + ": " + ", ".join(lines[1:]),)
 
 
-def recommend(machine: Machine, model: CatalogModel, *, context: int | None = None, users: int = 1,
-              status: EngineStatus | None = None) -> Recommendation:
+def recommend(
+    machine: Machine,
+    model: CatalogModel,
+    *,
+    context: int | None = None,
+    users: int = 1,
+    status: EngineStatus | None = None,
+) -> Recommendation:
     """Recommend engine + format + quant + context for `model` on `machine`, with reasons and alternatives.
 
     `status` maps engine names to None (usable) or the reason they are not; without it every
@@ -171,8 +209,11 @@ def recommend(machine: Machine, model: CatalogModel, *, context: int | None = No
     if users < 1:
         raise CatalogError("users must be at least 1")
     team = users >= TEAM_USERS
-    contexts = [context] if context else [c for c in FALLBACK_CONTEXTS if c <= model.architecture.max_context] or [
-        model.architecture.max_context]
+    contexts = (
+        [context]
+        if context
+        else [c for c in FALLBACK_CONTEXTS if c <= model.architecture.max_context] or [model.architecture.max_context]
+    )
     chosen: Option | None = None
     options: list[Option] = []
     reasons: list[str] = []
@@ -190,8 +231,7 @@ def recommend(machine: Machine, model: CatalogModel, *, context: int | None = No
         options = candidate_options(machine, model, context=contexts[0], parallel=users, status=status, team=team)
         used_context = contexts[0]
         base = min(options, key=lambda o: o.fit.needed_bytes)
-        chosen = replace(base, fit=replace(base.fit, advice=_advice(machine, model, base, used_context, users,
-                                                                    status)))
+        chosen = replace(base, fit=replace(base.fit, advice=_advice(machine, model, base, used_context, users, status)))
         reasons = [f"Will not fit: {chosen.fit.advice[0]}."]
     else:
         if context is None and used_context < contexts[0]:
@@ -209,12 +249,22 @@ def recommend(machine: Machine, model: CatalogModel, *, context: int | None = No
             reasons.append(f"{ENGINE_LABELS[chosen.engine]} is not usable here yet: {chosen.unavailable_reason}.")
     others = sorted(
         (o for o in options if o is not chosen),
-        key=lambda o: (_VERDICT_RANK[o.fit.verdict], not o.runnable_here, _quality_key(o), -o.speed.decode_high),
+        key=lambda o: (
+            _VERDICT_RANK[o.fit.verdict],
+            not o.runnable_here,
+            _quality_key(o),
+            -o.speed.decode_high,
+        ),
     )
     alternatives = _diverse(others)
     return Recommendation(
-        model_id=model.id, model_name=model.name, context=used_context, users=users, choice=chosen,
-        reasons=tuple(reasons), alternatives=tuple(alternatives),
+        model_id=model.id,
+        model_name=model.name,
+        context=used_context,
+        users=users,
+        choice=chosen,
+        reasons=tuple(reasons),
+        alternatives=tuple(alternatives),
     )
 
 

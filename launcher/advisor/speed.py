@@ -56,8 +56,14 @@ def cpu_peak_flops(cpu: CpuInfo) -> float:
     return cpu.physical_cores * CPU_CLOCK_HZ * per_cycle
 
 
-def estimate_speed(machine: Machine, arch: Architecture, bits_per_weight: float, fit: FitResult,
-                   *, tensor_parallel: bool = False) -> SpeedEstimate:
+def estimate_speed(
+    machine: Machine,
+    arch: Architecture,
+    bits_per_weight: float,
+    fit: FitResult,
+    *,
+    tensor_parallel: bool = False,
+) -> SpeedEstimate:
     """Single-stream decode and prefill ranges for a fitted load."""
     active_weights = arch.params_active_b * 1e9 * bits_per_weight / 8
     kv_read = kv_cache_bytes(arch, min(WORKING_CONTEXT, fit.context), 1, fit.kv_type)
@@ -105,7 +111,8 @@ def estimate_speed(machine: Machine, arch: Architecture, bits_per_weight: float,
         bound = f"CPU RAM for the {fit.total_layers - fit.gpu_layers} offloaded layers"
     else:
         compute_bound = flops_per_token / (cpu_flops * CPU_COMPUTE_EFFICIENCY[1]) > per_token / (
-            cpu_bw * DECODE_EFFICIENCY[1])
+            cpu_bw * DECODE_EFFICIENCY[1]
+        )
         bound = (
             f"CPU compute ({machine.cpu.physical_cores} cores)"
             if compute_bound

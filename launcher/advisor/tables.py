@@ -14,9 +14,7 @@ from launcher.core.errors import CatalogError
 def _bits_table() -> dict[tuple[str, str], float]:
     path = paths.resources_dir() / "advisor" / "quants.csv"
     with path.open(encoding="utf-8") as handle:
-        return {
-            (row["format"], row["quant"].upper()): float(row["bits_per_weight"]) for row in csv.DictReader(handle)
-        }
+        return {(row["format"], row["quant"].upper()): float(row["bits_per_weight"]) for row in csv.DictReader(handle)}
 
 
 _BPW_NAME = re.compile(r"^(\d+(?:\.\d+)?)\s*bpw$", re.IGNORECASE)

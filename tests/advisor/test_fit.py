@@ -9,13 +9,38 @@ from launcher.catalog.schema import Architecture
 from launcher.core.units import GIB
 from tests.advisor.machines import desktop_4090, laptop_cpu, macbook_m2
 
-LLAMA_8B = Architecture(params_total_b=8.03, params_active_b=8.03, layers=32, attention_heads=32, kv_heads=8,
-                        head_dim=128, hidden_size=4096, max_context=131072)
-LLAMA_70B = Architecture(params_total_b=70.6, params_active_b=70.6, layers=80, attention_heads=64, kv_heads=8,
-                         head_dim=128, hidden_size=8192, max_context=131072)
-GEMMA3_27B = Architecture(params_total_b=27.4, params_active_b=27.4, layers=62, attention_heads=32, kv_heads=16,
-                          head_dim=128, hidden_size=5376, max_context=131072, sliding_window=1024,
-                          full_attention_layers=10)
+LLAMA_8B = Architecture(
+    params_total_b=8.03,
+    params_active_b=8.03,
+    layers=32,
+    attention_heads=32,
+    kv_heads=8,
+    head_dim=128,
+    hidden_size=4096,
+    max_context=131072,
+)
+LLAMA_70B = Architecture(
+    params_total_b=70.6,
+    params_active_b=70.6,
+    layers=80,
+    attention_heads=64,
+    kv_heads=8,
+    head_dim=128,
+    hidden_size=8192,
+    max_context=131072,
+)
+GEMMA3_27B = Architecture(
+    params_total_b=27.4,
+    params_active_b=27.4,
+    layers=62,
+    attention_heads=32,
+    kv_heads=16,
+    head_dim=128,
+    hidden_size=5376,
+    max_context=131072,
+    sliding_window=1024,
+    full_attention_layers=10,
+)
 
 
 def test_kv_cache_llama_8b_at_8k_is_one_gib() -> None:
@@ -76,8 +101,9 @@ def test_apple_unified_memory_respects_the_gpu_wired_limit() -> None:
     assert fit_model(m2, LLAMA_8B, weights_bytes(LLAMA_8B, 4.90), context=8192).verdict == "unified"
     over = fit_model(m2, LLAMA_8B, weights_bytes(LLAMA_8B, 8.51), context=32768)
     assert over.verdict in ("partial", "wont_fit")
-    assert fit_model(m2, LLAMA_8B, weights_bytes(LLAMA_8B, 8.51), context=32768,
-                     allow_offload=False).verdict == "wont_fit"
+    assert (
+        fit_model(m2, LLAMA_8B, weights_bytes(LLAMA_8B, 8.51), context=32768, allow_offload=False).verdict == "wont_fit"
+    )
 
 
 def test_multi_gpu_split_uses_each_cards_free_memory() -> None:
