@@ -53,7 +53,11 @@ def compile_constraint(constraint: Constraint) -> str:
             converter = llama_grammar.SchemaConverter(  # type: ignore[no-untyped-call]
                 prop_order={}, allow_fetch=False, dotall=False, raw_pattern=True
             )
-            converter.visit({"type": "string", "pattern": constraint.pattern}, "")  # type: ignore[no-untyped-call]
+            pattern = constraint.pattern
+            anchored = (
+                ("" if pattern.startswith("^") else "^") + pattern + ("" if pattern.endswith("$") else "$")
+            )
+            converter.visit({"type": "string", "pattern": anchored}, "")  # type: ignore[no-untyped-call]
             body = converter.format_grammar()  # type: ignore[no-untyped-call]
         except Exception as err:
             raise ConstraintError(f"unsupported regex: {err}") from None

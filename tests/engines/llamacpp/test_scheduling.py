@@ -1,0 +1,147 @@
+"""Scheduler behaviour: cancellation, the wait queue, chunked prefill, prefix caching, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from launcher.engines.base import GenerationEvent, QueueFullError
+from launcher.engines.llamacpp.model import LlamaCppModel
+from tests.engines.llamacpp.support import greedy, load, run
+
+
+async def _until(condition: object, what: str) -> None:
+    """Wait for the scheduler thread to reach a state (polling the event loop, never a fixed sleep)."""
+    for _ in range(2000):
+        if condition():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_closing_a_stream_frees_its_sequence(tiny_model: LlamaCppModel, text_prompt: list[int]) -> None:
+    stream = tiny_model.generate(greedy(text_prompt, 3000))
+    seen = [await anext(stream) for _ in range(3)]
+    assert all(event.token_ids for event in seen)
+    assert tiny_model.stats().requests_running == 1
+    assert tiny_model.stats().kv_cache_used_tokens > len(text_prompt)
+    await stream.aclose()  # type: ignore[attr-defined]
+    await _until(lambda: tiny_model.stats().requests_running == 0, "the cancelled request to leave its slot")
+    assert tiny_model.stats().kv_cache_used_tokens == 0
+    after = await run(tiny_model, greedy(text_prompt, 4))
+    assert after.last.finish_reason == "length"
+
+
+async def test_a_cancelled_task_frees_its_sequence(tiny_model: LlamaCppModel, text_prompt: list[int]) -> None:
+    started = asyncio.Event()
+
+    async def consume() -> None:
+        async for _event in tiny_model.generate(greedy(text_prompt, 3000)):
+            started.set()
+
+    task = asyncio.create_task(consume())
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await _until(lambda: tiny_model.stats().requests_running == 0, "the cancelled task's request to end")
+
+
+async def test_full_queue_raises_queue_full(tiny_gguf: Path) -> None:
+    model = load(tiny_gguf, parallel=1, max_queue=1)
+    try:
+        prompt = model.tokenize("Hello world!")
+        running = model.generate(greedy(prompt, 3000))
+        waiting = model.generate(greedy(prompt, 3))
+        with pytest.raises(QueueFullError) as caught:
+            model.generate(greedy(prompt, 3))
+        assert caught.value.retry_after_s >= 1.0
+        await anext(running)
+        await running.aclose()  # type: ignore[attr-defined]
+        rest = [event async for event in waiting]
+        assert rest[-1].finish_reason == "length"
+        assert model.stats().requests_waiting == 0
+    finally:
+        model.close()
+
+
+async def test_short_prompt_is_not_stuck_behind_a_long_one(tiny_model: LlamaCppModel) -> None:
+    long_prompt = tiny_model.tokenize("The quick brown fox jumps over the lazy dog. " * 200)[:2000]
+    short_prompt = tiny_model.tokenize("Hello there")
+    order: list[str] = []
+
+    async def follow(name: str, prompt: list[int]) -> None:
+        async for event in tiny_model.generate(greedy(prompt, 2)):
+            if event.token_ids:
+                order.append(name)
+
+    await asyncio.gather(follow("long", long_prompt), follow("short", short_prompt))
+    assert order.index("short") < order.index("long")
+
+
+async def test_prefix_cache_hit_gives_the_same_tokens(tiny_model: LlamaCppModel) -> None:
+    system = tiny_model.tokenize("You are a helpful assistant. Please explain the following code. " * 40)
+    first_prompt = system + tiny_model.tokenize("What does def add(a, b) do?")
+    before = tiny_model.stats()
+    first = await run(tiny_model, greedy(first_prompt, 10))
+    again = await run(tiny_model, greedy(first_prompt, 10))
+    after = tiny_model.stats()
+    assert again.tokens == first.tokens
+    assert again.last.cached_prompt_tokens == len(first_prompt) - 1
+    assert after.prefix_cache_hits >= before.prefix_cache_hits + 1
+    assert after.prefix_cache_hit_tokens >= before.prefix_cache_hit_tokens + len(first_prompt) - 1
+
+    other_prompt = system + tiny_model.tokenize("Tell me about the weather.")
+    shared = await run(tiny_model, greedy(other_prompt, 10))
+    assert shared.last.cached_prompt_tokens >= len(system) - 1
+    fresh = load(Path(tiny_model.info.path), parallel=1, prefix_cache_tokens=0)
+    try:
+        cold = await run(fresh, greedy(other_prompt, 10))
+    finally:
+        fresh.close()
+    assert cold.last.cached_prompt_tokens == 0
+    assert cold.tokens == shared.tokens
+
+
+async def test_concurrent_requests_share_a_prefix_in_flight(tiny_model: LlamaCppModel) -> None:
+    system = tiny_model.tokenize("Tool calls are JSON objects with a name and arguments. " * 30)
+    prompts = [system + tiny_model.tokenize(q) for q in ("Hello world!", "The weather in London")]
+    first_stream = tiny_model.generate(greedy(prompts[0], 50))
+    await anext(first_stream)  # the first request's prompt is now in its slot
+    second = await run(tiny_model, greedy(prompts[1], 6))
+    rest: list[GenerationEvent] = [event async for event in first_stream]
+    assert rest[-1].finish_reason == "length"
+    assert second.last.cached_prompt_tokens >= len(system) - 1
+
+
+async def test_prefix_cache_budget_evicts(tiny_gguf: Path) -> None:
+    model = load(tiny_gguf, parallel=2, prefix_cache_tokens=0)
+    try:
+        prompt = model.tokenize("Hello world! " * 30)
+        await run(model, greedy(prompt, 4))
+        again = await run(model, greedy(prompt, 4))
+        assert again.last.cached_prompt_tokens == 0
+        assert model.stats().prefix_cache_hits == 0
+        assert model.stats().prefix_cache_misses == 2
+    finally:
+        model.close()
+
+
+async def test_close_ends_streams_and_joins_the_thread(tiny_gguf: Path) -> None:
+    threads_before = set(threading.enumerate())
+    model = load(tiny_gguf, parallel=1)
+    assert len(set(threading.enumerate()) - threads_before) == 1  # the scheduler thread
+    prompt = model.tokenize("Hello world!")
+    running = model.generate(greedy(prompt, 3000))
+    queued = model.generate(greedy(prompt, 3000))
+    await anext(running)
+    model.close()
+    assert set(threading.enumerate()) - threads_before == set()
+    running_rest = [event async for event in running]
+    queued_rest = [event async for event in queued]
+    assert running_rest[-1].finish_reason == "cancelled"
+    assert queued_rest[-1].finish_reason == "cancelled"
+    model.close()  # idempotent
