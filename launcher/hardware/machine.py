@@ -81,6 +81,8 @@ class Machine:
     models_dir: str | None = None
     unseen: tuple[str, ...] = field(default=())  # human-readable notes: "NVML: not installed"
     name: str = ""  # a label for recorded machines ("RTX 4090 desktop")
+    nvidia_driver_version: str | None = None  # "550.54.15"
+    cuda_driver_version: str | None = None  # the newest CUDA the driver supports: "12.4"
 
     @property
     def nvidia_gpus(self) -> tuple[GpuInfo, ...]:
@@ -130,4 +132,6 @@ class Machine:
             models_dir=data.get("models_dir"),
             unseen=tuple(data.get("unseen", ())),
             name=data.get("name", ""),
+            nvidia_driver_version=data.get("nvidia_driver_version"),
+            cuda_driver_version=data.get("cuda_driver_version"),
         )

@@ -1,0 +1,34 @@
+"""`launcher detect`: show what this machine has (or a recorded one), as text or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of `launcher detect`."""
+    parser.add_argument("--json", action="store_true", help="print the machine as JSON (with engines)")
+    parser.add_argument(
+        "--recorded", metavar="NAME", help="show a recorded machine instead of this one (see --list-recorded)"
+    )
+    parser.add_argument("--list-recorded", action="store_true", help="list the recorded machines and exit")
+    parser.add_argument("--no-engines", action="store_true", help="skip checking which engines can run")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Probe (or load) the machine and print it."""
+    from launcher.hardware.probe import probe_machine
+    from launcher.hardware.recorded import load_recorded, recorded_names
+    from launcher.hardware.summary import engine_availability, format_machine, machine_json
+
+    if args.list_recorded:
+        print("\n".join(recorded_names()))
+        return 0
+    machine = load_recorded(args.recorded) if args.recorded else probe_machine()
+    engines = None if args.no_engines else engine_availability(machine)
+    if args.json:
+        print(json.dumps(machine_json(machine, engines), indent=2))
+    else:
+        print(format_machine(machine, engines))
+    return 0
