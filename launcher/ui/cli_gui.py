@@ -17,12 +17,8 @@ HEADLESS_PLATFORMS = ("offscreen", "minimal", "vnc", "eglfs", "linuxfb", "vkkhrd
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `launcher gui`."""
-    parser.add_argument(
-        "--machine", metavar="NAME", help="use a recorded machine instead of probing this one"
-    )
-    parser.add_argument(
-        "--page", default=None, help="page to open: models, server, agents, chat, machine, logs"
-    )
+    parser.add_argument("--machine", metavar="NAME", help="use a recorded machine instead of probing this one")
+    parser.add_argument("--page", default=None, help="page to open: models, server, agents, chat, machine, logs")
     parser.add_argument("--dark", action="store_true", default=None, help="force the dark theme")
     parser.add_argument("--light", dest="dark", action="store_false", help="force the light theme")
     parser.add_argument(

@@ -30,9 +30,11 @@ from launcher.hardware.machine import Machine
 from launcher.ui import theme, workers
 from launcher.ui.metrics import LiveSample
 from launcher.ui.metrics_poller import MetricsPoller
+from launcher.ui.model_rows import ModelRow, prediction_for
 from launcher.ui.panels.gauges import GaugesPanel
 from launcher.ui.panels.logs import LogsPanel
 from launcher.ui.panels.machine import MachinePanel
+from launcher.ui.panels.models import ModelsPanel
 from launcher.ui.panels.server import ServerPanel
 from launcher.ui.server_process import ServerEndpoint, ServerOutcome, ServerProcess
 
@@ -58,6 +60,7 @@ class MainWindow(QMainWindow):
         settings: Settings | None = None,
         *,
         machine: Machine | None = None,
+        this_machine: bool | None = None,
         probe: Callable[[], Machine] = _default_probe,
         save_settings: bool = True,
         parent: QWidget | None = None,
@@ -66,6 +69,9 @@ class MainWindow(QMainWindow):
         self.settings = settings or Settings()
         self._save_settings = save_settings
         self.machine: Machine | None = None
+        # A recorded machine is advice about another computer: engine install state does not apply.
+        self.this_machine = machine is None if this_machine is None else this_machine
+        self.served_row: ModelRow | None = None
         self.poller: MetricsPoller | None = None
         self._exposed = False
         self._shut_down = False
@@ -80,6 +86,8 @@ class MainWindow(QMainWindow):
         self.server.state_changed.connect(self._server_state)
 
         self.machine_page = MachinePanel()
+        self.models_page = ModelsPanel()
+        self.models_page.serve_requested.connect(self.serve_row)
         self.server_panel = ServerPanel(self.server)
         self.server_panel.load_config(self.settings.serve)
         self.gauges = GaugesPanel()
@@ -91,6 +99,7 @@ class MainWindow(QMainWindow):
         self.nav.setAccessibleName("Pages")
         self.nav.currentRowChanged.connect(self.pages.setCurrentIndex)
         self._page_index: dict[str, int] = {}
+        self.add_page("models", "Models", self.models_page)
         self.add_page("server", "Server", self._server_page())
         self.add_page("machine", "This machine", self.machine_page)
         self.add_page("logs", "Logs", self.logs_page)
@@ -175,7 +184,28 @@ class MainWindow(QMainWindow):
         self.machine = machine
         self.machine_page.set_machine(machine)
         self.machine_summary.setText(machine_summary(machine))
+        self.models_page.set_machine(machine, this_machine=self.this_machine)
         self.machine_changed.emit(machine)
+
+    def serve_row(self, row: ModelRow, *, start: bool = True) -> None:
+        """Make `row` the served model and (re)start the server with it."""
+        if row.serve_spec is None:
+            return
+        self.served_row = row
+        self.server_panel.set_model(row.serve_spec, row.title)
+        self.settings.last_model = row.key
+        self.show_page("server")
+        if not start:
+            return
+        if self.server.state == "stopped":
+            self.server_panel.start()
+        else:
+            self.server.finished.connect(self._start_after_stop)
+            self.server.stop()
+
+    def _start_after_stop(self, _outcome: object) -> None:
+        self.server.finished.disconnect(self._start_after_stop)
+        self.server_panel.start()
 
     def _probe_failed(self, message: str) -> None:
         self.machine_page.set_error(message)
@@ -197,6 +227,12 @@ class MainWindow(QMainWindow):
     def _server_ready(self, endpoint: ServerEndpoint) -> None:
         self.status_label.setText(f"Serving {endpoint.model} at {endpoint.base_url}")
         self.gauges.reset()
+        if self.machine is not None and self.served_row is not None:
+            self.gauges.set_prediction(
+                prediction_for(self.served_row, self.machine, endpoint.context_length, endpoint.parallel)
+            )
+        else:
+            self.gauges.set_prediction(None)
         self._stop_poller()
         self.poller = MetricsPoller(endpoint.url, endpoint.pid, api_key=endpoint.api_key, parent=self)
         self.poller.sample.connect(self._sample)
@@ -242,6 +278,7 @@ class MainWindow(QMainWindow):
             return
         self._shut_down = True
         self._stop_poller()
+        self.models_page.shutdown()
         self.server.stop_and_wait()
         workers.pool().waitForDone(5000)
         self._persist()

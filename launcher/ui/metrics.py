@@ -106,17 +106,13 @@ class LiveSample:
     snapshot: MetricsSnapshot
 
     @classmethod
-    def between(
-        cls, previous: MetricsSnapshot | None, current: MetricsSnapshot, memory: ProcessMemory
-    ) -> LiveSample:
+    def between(cls, previous: MetricsSnapshot | None, current: MetricsSnapshot, memory: ProcessMemory) -> LiveSample:
         """Derive rates from two scrapes (the first poll has no rates from counters)."""
         generated_tps = 0.0
         ttft_recent = None
         if previous is not None and current.time > previous.time:
             elapsed = current.time - previous.time
-            generated_tps = (
-                max(0.0, current.generation_tokens_total - previous.generation_tokens_total) / elapsed
-            )
+            generated_tps = max(0.0, current.generation_tokens_total - previous.generation_tokens_total) / elapsed
             new_count = current.ttft_count - previous.ttft_count
             if new_count > 0:
                 ttft_recent = (current.ttft_sum - previous.ttft_sum) / new_count
@@ -163,3 +159,13 @@ class MeasuredTotals:
         if not self.decode_samples:
             return None
         return sum(self.decode_samples) / len(self.decode_samples)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the advisor predicted for the model being served."""
+
+    memory_bytes: int | None
+    decode_low: float | None
+    decode_high: float | None
+    where: str = ""  # "CPU only", "full GPU", ...

@@ -183,9 +183,7 @@ class ServerProcess(QObject):
         self._set_state("starting")
         self.log_line.emit(
             "$ "
-            + " ".join(
-                ["launcher", *arguments[2:]] if arguments[:2] == ["-m", "launcher"] else [program, *arguments]
-            )
+            + " ".join(["launcher", *arguments[2:]] if arguments[:2] == ["-m", "launcher"] else [program, *arguments])
         )
         process.start()
 

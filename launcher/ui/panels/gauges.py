@@ -6,26 +6,15 @@ and predicted vs measured memory and tok/s once there is something to compare.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 
 from PySide6.QtWidgets import QGridLayout, QLabel, QProgressBar, QVBoxLayout, QWidget
 
 from launcher.core.units import format_bytes
-from launcher.ui.metrics import LiveSample, MeasuredTotals
+from launcher.ui.metrics import LiveSample, MeasuredTotals, Prediction
 from launcher.ui.widgets.card import Card, StatTile, muted
 from launcher.ui.widgets.sparkline import Sparkline
 
 TTFT_HISTORY = 5
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """What the advisor predicted for the model being served."""
-
-    memory_bytes: int | None
-    decode_low: float | None
-    decode_high: float | None
-    where: str = ""  # "CPU only", "full GPU", ...
 
 
 def _tps(value: float) -> str:
@@ -160,9 +149,7 @@ class GaugesPanel(Card):
     def _update_comparison(self) -> None:
         prediction = self.prediction
         if prediction is None or prediction.memory_bytes is None:
-            self.memory_compare.setText(
-                "Memory: no prediction for this model (the advisor has no numbers for it)."
-            )
+            self.memory_compare.setText("Memory: no prediction for this model (the advisor has no numbers for it).")
         elif self.last_sample is None:
             self.memory_compare.setText(
                 f"Memory: predicted {format_bytes(prediction.memory_bytes)}"
@@ -170,11 +157,7 @@ class GaugesPanel(Card):
             )
         else:
             measured = self.last_sample.memory.device_used_bytes or self.last_sample.memory.rss_bytes or 0
-            delta = (
-                (measured - prediction.memory_bytes) / prediction.memory_bytes
-                if prediction.memory_bytes
-                else 0
-            )
+            delta = (measured - prediction.memory_bytes) / prediction.memory_bytes if prediction.memory_bytes else 0
             self.memory_compare.setText(
                 f"Memory: predicted {format_bytes(prediction.memory_bytes)}, "
                 f"measured {format_bytes(measured)}"

@@ -137,13 +137,11 @@ class MachinePanel(QWidget):
             [
                 (
                     "RAM",
-                    f"{format_bytes(machine.memory.total)} total, "
-                    f"{format_bytes(machine.memory.available)} available",
+                    f"{format_bytes(machine.memory.total)} total, {format_bytes(machine.memory.available)} available",
                 ),
                 (
                     "Disk free",
-                    format_bytes(machine.disk_free)
-                    + (f" in {machine.models_dir}" if machine.models_dir else ""),
+                    format_bytes(machine.disk_free) + (f" in {machine.models_dir}" if machine.models_dir else ""),
                 ),
             ],
         )

@@ -14,9 +14,7 @@ from launcher.ui import theme
 class Sparkline(QWidget):
     """The last `capacity` values as a filled line, scaled to the largest value shown."""
 
-    def __init__(
-        self, capacity: int = 60, colour: str | QColor = theme.ACCENT, parent: QWidget | None = None
-    ) -> None:
+    def __init__(self, capacity: int = 60, colour: str | QColor = theme.ACCENT, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._values: deque[float] = deque(maxlen=capacity)
         self._colour = QColor(colour)
@@ -58,9 +56,7 @@ class Sparkline(QWidget):
         top = max(values) or 1.0
         step = rect.width() / max(1, capacity - 1)
         x0 = rect.right() - step * (len(values) - 1)
-        points = [
-            QPointF(x0 + i * step, rect.bottom() - (v / top) * rect.height()) for i, v in enumerate(values)
-        ]
+        points = [QPointF(x0 + i * step, rect.bottom() - (v / top) * rect.height()) for i, v in enumerate(values)]
         line = QPainterPath(points[0])
         for point in points[1:]:
             line.lineTo(point)

@@ -1,0 +1,186 @@
+"""Qt-free rows for the Models page: the catalog and the local library in one list, each with a fit verdict,
+a size and a predicted speed from the advisor for this machine.
+
+`build_rows` is pure apart from the library scan (disk I/O), so the page runs it in a worker.
+Catalog models that are on disk become one row ("downloaded"); other local files get their own
+rows with a plan from `plan_local` when their architecture is known.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from launcher.advisor import Recommendation, ServePlan, SpeedEstimate, estimate_speed, plan_local, recommend
+from launcher.catalog.catalog import default_catalog
+from launcher.catalog.library import LibraryEntry, scan_library
+from launcher.catalog.schema import Catalog, CatalogModel
+from launcher.core.errors import LauncherError
+from launcher.hardware.machine import Machine
+from launcher.ui.metrics import Prediction
+
+RowKind = Literal["catalog", "local", "hub"]
+
+# The runtime package each engine needs; checked with find_spec so the app never imports a runtime.
+ENGINE_RUNTIMES = {"llamacpp": "llama_cpp", "mlx": "mlx_lm", "exllamav3": "exllamav3", "exllamav2": "exllamav2"}
+EXTRAS = {"llamacpp": "llamacpp", "mlx": "mlx", "exllamav3": "exllamav3", "exllamav2": "exllamav2"}
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    """One line of the model list."""
+
+    key: str
+    title: str
+    subtitle: str
+    kind: RowKind
+    verdict: str | None = None  # contract-5 verdict for the option the advisor would use
+    size_bytes: int | None = None
+    decode_tps: tuple[float, float] | None = None
+    downloaded: bool = False
+    serve_spec: str | None = None  # what `launcher serve` is given to run it (None: download first)
+    catalog: CatalogModel | None = None
+    local: LibraryEntry | None = None
+    recommendation: Recommendation | None = None
+    plan: ServePlan | None = None  # local files: how `launcher serve` would run them here
+    speed: SpeedEstimate | None = None
+    hub_repo: str | None = None
+    note: str | None = None  # why there is no verdict, or a problem with the files
+    search_text: str = ""
+
+    def matches(self, query: str) -> bool:
+        """Case-insensitive match on every word of the query."""
+        return all(word in self.search_text for word in query.lower().split())
+
+
+def engine_status(machine: Machine, *, this_machine: bool) -> dict[str, str | None] | None:
+    """Engine -> None when its runtime is installed, else how to install it; None for a recorded machine."""
+    if not this_machine:
+        return None  # advice about another machine: assume every engine can be installed there
+    status: dict[str, str | None] = {}
+    for engine, module in ENGINE_RUNTIMES.items():
+        installed = importlib.util.find_spec(module) is not None
+        if engine == "mlx" and not (sys.platform == "darwin" and machine.apple is not None):
+            status[engine] = "MLX runs on Apple Silicon only"
+        elif not installed:
+            status[engine] = f"not installed: pip install 'launcher[{EXTRAS[engine]}]'"
+        else:
+            status[engine] = None
+    return status
+
+
+def _catalog_row(
+    machine: Machine, model: CatalogModel, local: list[LibraryEntry], status: dict[str, str | None] | None
+) -> ModelRow:
+    params = f"{model.architecture.params_total_b:g}B"
+    if model.architecture.is_moe:
+        params += f" (A{model.architecture.params_active_b:g}B)"
+    subtitle = f"{model.family} · {params} · {model.license}"
+    usable = [e for e in local if e.usable or e.source == "starter"]
+    try:
+        rec = recommend(machine, model, status=status)
+    except LauncherError as err:
+        rec, note = None, str(err)
+    else:
+        note = None
+    choice = rec.choice if rec else None
+    return ModelRow(
+        key=f"catalog:{model.id}",
+        title=model.name,
+        subtitle=subtitle,
+        kind="catalog",
+        verdict=choice.fit.verdict if choice else None,
+        size_bytes=choice.weights_bytes if choice else None,
+        decode_tps=(choice.speed.decode_low, choice.speed.decode_high) if choice else None,
+        downloaded=bool(usable),
+        serve_spec=usable[0].name if usable else ("" if model.starter else None),
+        catalog=model,
+        local=usable[0] if usable else None,
+        recommendation=rec,
+        note=note,
+        search_text=" ".join([model.id, model.name, model.family, *model.tags, model.description]).lower(),
+    )
+
+
+def _local_row(machine: Machine, entry: LibraryEntry) -> ModelRow:
+    model = entry.model
+    quant = f" · {model.quant}" if model.quant else ""
+    where = {"hf-cache": "Hugging Face cache", "imported": "imported", "starter": "starter"}[entry.source]
+    verdict = decode = plan = speed = None
+    note = entry.problem
+    if entry.architecture is not None and entry.usable:
+        try:
+            plan = plan_local(machine, model.format, entry.architecture, entry.size_bytes)
+            verdict = plan.fit.verdict
+            bits = entry.size_bytes * 8 / (entry.architecture.params_total_b * 1e9)
+            speed = estimate_speed(machine, entry.architecture, bits, plan.fit)
+            decode = (speed.decode_low, speed.decode_high)
+        except (LauncherError, ValueError, ZeroDivisionError) as err:
+            note = f"no prediction: {err}"
+    elif entry.usable:
+        note = "architecture unknown: no fit prediction"
+    return ModelRow(
+        key=f"local:{entry.name}",
+        title=entry.name,
+        subtitle=f"{model.format.upper()}{quant} · {where}",
+        kind="local",
+        verdict=verdict,
+        size_bytes=entry.size_bytes or None,
+        decode_tps=decode,
+        downloaded=True,
+        serve_spec=entry.name if entry.usable else None,
+        local=entry,
+        plan=plan,
+        speed=speed,
+        note=note,
+        search_text=" ".join([entry.name, str(model.path), entry.repo_id or "", model.quant or ""]).lower(),
+    )
+
+
+def build_rows(
+    machine: Machine,
+    *,
+    this_machine: bool = True,
+    catalog: Catalog | None = None,
+    library: list[LibraryEntry] | None = None,
+) -> list[ModelRow]:
+    """Catalog rows (downloaded ones first), then local files that are not in the catalog."""
+    catalog = catalog or default_catalog()
+    library = scan_library() if library is None else library
+    status = engine_status(machine, this_machine=this_machine)
+    by_catalog: dict[str, list[LibraryEntry]] = {}
+    loose: list[LibraryEntry] = []
+    for entry in library:
+        if entry.model.catalog_id and catalog.get(entry.model.catalog_id):
+            by_catalog.setdefault(entry.model.catalog_id, []).append(entry)
+        else:
+            loose.append(entry)
+    rows = [_catalog_row(machine, model, by_catalog.get(model.id, []), status) for model in catalog.models]
+    rows.sort(key=lambda r: (not r.downloaded, not (r.catalog and r.catalog.starter)))
+    rows += [_local_row(machine, entry) for entry in loose]
+    return rows
+
+
+def with_download_state(row: ModelRow, entry: LibraryEntry) -> ModelRow:
+    """The row after a download finished: servable by the new entry's name."""
+    return replace(row, downloaded=True, serve_spec=entry.name, local=entry)
+
+
+def prediction_for(row: ModelRow, machine: Machine, context: int, parallel: int) -> Prediction | None:
+    """The advisor's memory and speed prediction for serving `row` at this context and parallelism."""
+    arch = row.catalog.architecture if row.catalog else (row.local.architecture if row.local else None)
+    if arch is None:
+        return None
+    weights = row.local.size_bytes if row.local and row.local.size_bytes else row.size_bytes
+    fmt = row.local.model.format if row.local else (row.recommendation.choice.format if row.recommendation else "gguf")
+    if not weights:
+        return None
+    try:
+        plan = plan_local(machine, fmt, arch, weights, context=context, parallel=parallel)
+        bits = weights * 8 / (arch.params_total_b * 1e9)
+        speed = estimate_speed(machine, arch, bits, plan.fit)
+    except (LauncherError, ValueError, ZeroDivisionError):
+        return None
+    return Prediction(plan.fit.needed_bytes, speed.decode_low, speed.decode_high, plan.fit.label)
