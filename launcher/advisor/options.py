@@ -43,7 +43,8 @@ class Option:
     @property
     def label(self) -> str:
         """'llama.cpp + GGUF Q4_K_M'."""
-        return f"{ENGINE_LABELS.get(self.engine, self.engine)} + {FORMAT_LABELS.get(self.format, self.format)} {self.quant}"
+        engine = ENGINE_LABELS.get(self.engine, self.engine)
+        return f"{engine} + {FORMAT_LABELS.get(self.format, self.format)} {self.quant}"
 
     @property
     def runnable_here(self) -> bool:

@@ -30,6 +30,7 @@ from launcher.hardware.machine import Machine
 
 DEFAULT_CONTEXT = 32768  # coding agents (Claude Code) need >= 25-32k
 FALLBACK_CONTEXTS = (32768, 16384, 8192, 4096)
+TEAM_CONTEXTS = (8192, 4096)
 QUALITY_CEILING_BPW = 6.7  # above this, more bits cost speed for little quality
 QUALITY_FLOOR_BPW = 3.5
 TEAM_USERS = 8
@@ -65,9 +66,23 @@ def _quality_key(option: Option) -> tuple[int, float]:
     return (2, bpw)
 
 
+def _speed_key(option: Option) -> tuple[int, float]:
+    # When weights stream from CPU RAM, every bit costs decode speed: take the leanest quant that keeps
+    # quality (>= 4.5 bpw, i.e. Q4_K_M-class), then leaner ones, then the rest.
+    bpw = option.bits_per_weight
+    if 4.5 <= bpw <= QUALITY_CEILING_BPW:
+        return (0, bpw)
+    if QUALITY_FLOOR_BPW <= bpw < 4.5:
+        return (1, -bpw)
+    return (2, bpw)
+
+
 def _best(options: list[Option], verdicts: tuple[str, ...]) -> Option | None:
     fitting = [o for o in options if o.fit.verdict in verdicts]
-    return min(fitting, key=_quality_key) if fitting else None
+    if not fitting:
+        return None
+    on_gpu = all(v in ("full_gpu", "unified") for v in verdicts)
+    return min(fitting, key=_quality_key if on_gpu else _speed_key)
 
 
 def _pick(machine: Machine, options: list[Option], team: bool) -> tuple[Option | None, list[str]]:
@@ -193,6 +208,23 @@ def _advice(
     return (lines[0] + ": " + ", ".join(lines[1:]),)
 
 
+def _full_gpu_hint(
+    machine: Machine, model: CatalogModel, chosen: Option, context: int, users: int, status: EngineStatus | None
+) -> list[str]:
+    """When a partial offload would become a full GPU load at a smaller context, say so with the speed-up."""
+    for smaller in (c for c in FALLBACK_CONTEXTS if c < context):
+        alt = build_option(
+            machine, model, chosen.engine, chosen.format, chosen.quant, context=smaller, parallel=users, status=status
+        )
+        if alt.fit.verdict in ("full_gpu", "unified"):
+            speedup = alt.speed.decode_high / max(chosen.speed.decode_high, 1e-9)
+            return [
+                f"At {smaller // 1024}k context the whole model fits on the GPU and decodes about {speedup:.0f}x "
+                f"faster (--context {smaller})."
+            ]
+    return []
+
+
 def recommend(
     machine: Machine,
     model: CatalogModel,
@@ -209,11 +241,12 @@ def recommend(
     if users < 1:
         raise CatalogError("users must be at least 1")
     team = users >= TEAM_USERS
-    contexts = (
-        [context]
-        if context
-        else [c for c in FALLBACK_CONTEXTS if c <= model.architecture.max_context] or [model.architecture.max_context]
-    )
+    if context:
+        contexts = [context]
+    else:
+        # A team's requests rarely all hold a full 32k at once; size the shared KV for 8k each.
+        defaults = TEAM_CONTEXTS if team else FALLBACK_CONTEXTS
+        contexts = [c for c in defaults if c <= model.architecture.max_context] or [model.architecture.max_context]
     chosen: Option | None = None
     options: list[Option] = []
     reasons: list[str] = []
@@ -245,6 +278,8 @@ def recommend(
                 f"Mixture of experts: all {model.architecture.params_total_b:g}B parameters must fit, but only "
                 f"{model.architecture.params_active_b:g}B are read per token, so it decodes like a small model."
             )
+        if chosen.fit.verdict == "partial":
+            reasons.extend(_full_gpu_hint(machine, model, chosen, used_context, users, status))
         if chosen.unavailable_reason:
             reasons.append(f"{ENGINE_LABELS[chosen.engine]} is not usable here yet: {chosen.unavailable_reason}.")
     others = sorted(

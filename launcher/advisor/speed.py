@@ -19,7 +19,10 @@ from launcher.hardware.machine import CpuInfo, Machine
 
 DECODE_EFFICIENCY = (0.5, 0.8)
 PREFILL_EFFICIENCY = (0.3, 0.6)
-CPU_COMPUTE_EFFICIENCY = (0.1, 0.25)  # quantised matmul on CPU reaches a small share of peak FMA
+# Quantised matmul on CPU reaches a small share of peak FMA throughput. Calibrated on this repo's
+# 2-core AVX-512 VM: gemma-3-270m Q4_K_M decodes at ~44 tok/s single stream (docs/benchmarks.md).
+CPU_DECODE_EFFICIENCY = (0.05, 0.15)
+CPU_PREFILL_EFFICIENCY = (0.25, 0.5)
 WORKING_CONTEXT = 4096  # tokens of KV read per step in the estimate (a typical agent turn)
 ASSUMED_RAM_BANDWIDTH = 40e9  # dual-channel DDR4/DDR5 laptop, when the probe could not tell
 CPU_CLOCK_HZ = 3.0e9
@@ -87,7 +90,7 @@ def estimate_speed(
     else:
         gpu_bw, gpu_flops, gpu_name = 0.0, 0.0, ""
 
-    def decode(eff: float, cpu_eff: float) -> float:
+    def decode(eff: float, cpu_eff: float) -> float:  # seconds per token, summed over where layers live
         seconds = 0.0
         if gpu_fraction > 0:
             seconds += per_token * gpu_fraction / (gpu_bw * eff)
@@ -103,14 +106,14 @@ def estimate_speed(
         # it has one, so partial offload prefill is close to GPU speed. We stay conservative.
         if gpu_fraction >= 1 or (gpu_fraction > 0 and gpu_flops):
             return eff * gpu_flops / flops_per_token * (1 if gpu_fraction >= 1 else 0.5)
-        return cpu_eff * 2 * cpu_flops / flops_per_token
+        return cpu_eff * cpu_flops / flops_per_token
 
     if gpu_fraction >= 1:
         bound = gpu_name
     elif gpu_fraction > 0:
         bound = f"CPU RAM for the {fit.total_layers - fit.gpu_layers} offloaded layers"
     else:
-        compute_bound = flops_per_token / (cpu_flops * CPU_COMPUTE_EFFICIENCY[1]) > per_token / (
+        compute_bound = flops_per_token / (cpu_flops * CPU_DECODE_EFFICIENCY[1]) > per_token / (
             cpu_bw * DECODE_EFFICIENCY[1]
         )
         bound = (
@@ -119,9 +122,9 @@ def estimate_speed(
             else f"RAM bandwidth (~{cpu_bw / 1e9:.0f} GB/s{'' if machine.cpu.memory_bandwidth else ', assumed'})"
         )
     return SpeedEstimate(
-        decode_low=decode(DECODE_EFFICIENCY[0], CPU_COMPUTE_EFFICIENCY[0]),
-        decode_high=decode(DECODE_EFFICIENCY[1], CPU_COMPUTE_EFFICIENCY[1]),
-        prefill_low=prefill(PREFILL_EFFICIENCY[0], CPU_COMPUTE_EFFICIENCY[0]),
-        prefill_high=prefill(PREFILL_EFFICIENCY[1], CPU_COMPUTE_EFFICIENCY[1]),
+        decode_low=decode(DECODE_EFFICIENCY[0], CPU_DECODE_EFFICIENCY[0]),
+        decode_high=decode(DECODE_EFFICIENCY[1], CPU_DECODE_EFFICIENCY[1]),
+        prefill_low=prefill(PREFILL_EFFICIENCY[0], CPU_PREFILL_EFFICIENCY[0]),
+        prefill_high=prefill(PREFILL_EFFICIENCY[1], CPU_PREFILL_EFFICIENCY[1]),
         bound=bound,
     )
