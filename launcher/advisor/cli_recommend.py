@@ -110,7 +110,7 @@ def format_recommendation(rec: Recommendation) -> str:
             extra += "; hand-off, not run by the launcher" if not alt.launchable else ""
             lines.append(
                 f"    - {alt.label}: {alt.fit.label}, {format_bytes(alt.fit.needed_bytes)}, "
-                f"decode {alt.speed.decode_low:.0f}-{alt.speed.decode_high:.0f} tok/s{extra}"
+                f"decode {alt.speed.decode_range()} tok/s{extra}"
             )
     return "\n".join(lines)
 
@@ -132,8 +132,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'model':<28} {'engine + format + quant':<34} {'verdict':<34} {'decode tok/s':>12}")
     for rec in recs:
         c = rec.choice
-        print(
-            f"{rec.model_id:<28} {c.label:<34} {c.fit.label:<34} {c.speed.decode_low:>5.0f}-{c.speed.decode_high:<6.0f}"
-        )
+        print(f"{rec.model_id:<28} {c.label:<34} {c.fit.label:<34} {c.speed.decode_range():>12}")
     print("\n`launcher recommend MODEL` explains one model: memory breakdown, reasons, alternatives.")
     return 0

@@ -38,12 +38,22 @@ class SpeedEstimate:
     prefill_high: float
     bound: str  # plain words: "GPU memory bandwidth (1008 GB/s)"
 
+    def decode_range(self) -> str:
+        """'35-56' (one decimal below 10 tok/s, where it matters)."""
+        return f"{format_tps(self.decode_low)}-{format_tps(self.decode_high)}"
+
+    def prefill_range(self) -> str:
+        """'900-1800'."""
+        return f"{format_tps(self.prefill_low)}-{format_tps(self.prefill_high)}"
+
     def summary(self) -> str:
         """'decode 35-56 tok/s, prefill 900-1800 tok/s (GPU memory bandwidth ...)'."""
-        return (
-            f"decode {self.decode_low:.0f}-{self.decode_high:.0f} tok/s, "
-            f"prefill {self.prefill_low:.0f}-{self.prefill_high:.0f} tok/s ({self.bound})"
-        )
+        return f"decode {self.decode_range()} tok/s, prefill {self.prefill_range()} tok/s ({self.bound})"
+
+
+def format_tps(value: float) -> str:
+    """Tokens per second for people: '0.4', '7.5', '42', '1800'."""
+    return f"{value:.1f}" if value < 10 else f"{value:.0f}"
 
 
 def cpu_peak_flops(cpu: CpuInfo) -> float:
