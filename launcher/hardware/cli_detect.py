@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from launcher.hardware.machine import Machine
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     """Probe (or load) the machine and print it."""
     from launcher.hardware.probe import probe_machine
     from launcher.hardware.recorded import load_recorded, recorded_names
-    from launcher.hardware.summary import engine_availability, format_machine, machine_json
+    from launcher.hardware.summary import format_machine, machine_json
 
     if args.list_recorded:
         print("\n".join(recorded_names()))
@@ -32,3 +36,29 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_machine(machine, engines))
     return 0
+
+
+def engine_availability(machine: Machine) -> dict[str, dict[str, Any]]:
+    """For each registered engine: usable / reason / version / backend (never raises)."""
+    # The one place hardware looks up engines (allowed in the import contracts: the CLI sits on top).
+    from launcher.engines import registry
+
+    answers: dict[str, dict[str, Any]] = {}
+    for name in registry.names():
+        try:
+            availability = registry.get(name).availability(machine)
+            answers[name] = {
+                "usable": availability.usable,
+                "reason": availability.reason,
+                "version": availability.version,
+                "backend": availability.backend,
+            }
+        except Exception as err:  # an adapter that fails to import must not break `detect`
+            reason = str(err) or type(err).__name__
+            answers[name] = {
+                "usable": False,
+                "reason": f"not available: {reason}",
+                "version": None,
+                "backend": None,
+            }
+    return answers

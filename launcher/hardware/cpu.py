@@ -1,7 +1,7 @@
 """CPU brand, core counts and the instruction-set features engines care about.
 
 Linux: /proc/cpuinfo (x86 `flags`, arm `Features`). macOS: sysctl (`machdep.cpu.*`,
-`hw.optional.*`). Windows: brand from `platform`, features not read (recorded in `unseen`).
+`hw.optional.*`). Windows: registry brand string and IsProcessorFeaturePresent tiers.
 Feature names are normalized to the lower-case Linux spellings listed in ENGINE_FEATURES.
 """
 
@@ -177,6 +177,14 @@ def probe_cpu(sources: Sources, sysctl_values: dict[str, str] | None = None) -> 
             logical = logical or _int_or_none(values.get("hw.logicalcpu"))
         else:
             unseen.append("CPU: sysctl not available, so CPU features are unknown")
+    elif facts.system == "Windows":
+        brand = sources.windows_cpu.brand() or brand
+        windows_features = sources.windows_cpu.features()
+        if windows_features is None:
+            unseen.append("CPU: instruction-set features are not readable on this Windows machine")
+        else:
+            features = windows_features
+            unseen.append("CPU: Windows reports only SSE4.2/AVX/AVX2/AVX-512F (FMA, F16C, VNNI unknown)")
     else:
         unseen.append(f"CPU: instruction-set features are not detected on {facts.system or 'this OS'}")
 

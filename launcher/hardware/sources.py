@@ -12,9 +12,11 @@ import platform
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
+
+from launcher.hardware.windows import LiveWindowsCpu, WindowsCpuSource
 
 
 class FileReader(Protocol):
@@ -172,6 +174,7 @@ class Sources:
     disk_usage: DiskUsageFn
     nvml: NvmlLoader
     models_dir: Callable[[], Path]
+    windows_cpu: WindowsCpuSource = field(default_factory=LiveWindowsCpu)
 
     @classmethod
     def real(cls) -> Sources:

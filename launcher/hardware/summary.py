@@ -1,4 +1,4 @@
-"""Human-readable and JSON views of a `Machine`, plus which engines can run on it."""
+"""Human-readable and JSON views of a `Machine` (engine answers are passed in by the CLI)."""
 
 from __future__ import annotations
 
@@ -6,31 +6,6 @@ from typing import Any
 
 from launcher.core.units import format_bytes, format_rate
 from launcher.hardware.machine import GpuInfo, Machine
-
-
-def engine_availability(machine: Machine) -> dict[str, dict[str, Any]]:
-    """For each registered engine: usable / reason / version / backend (never raises)."""
-    from launcher.engines import registry
-
-    answers: dict[str, dict[str, Any]] = {}
-    for name in registry.names():
-        try:
-            availability = registry.get(name).availability(machine)
-            answers[name] = {
-                "usable": availability.usable,
-                "reason": availability.reason,
-                "version": availability.version,
-                "backend": availability.backend,
-            }
-        except Exception as err:  # an adapter that fails to import must not break `detect`
-            reason = str(err) or type(err).__name__
-            answers[name] = {
-                "usable": False,
-                "reason": f"not available: {reason}",
-                "version": None,
-                "backend": None,
-            }
-    return answers
 
 
 def machine_json(machine: Machine, engines: dict[str, dict[str, Any]] | None) -> dict[str, Any]:
@@ -92,8 +67,12 @@ def format_machine(machine: Machine, engines: dict[str, dict[str, Any]] | None =
     if engines is not None:
         lines.append("Engines:")
         for name, answer in engines.items():
-            state = "usable" if answer["usable"] else "not usable"
-            lines.append(f"  {name}: {state}: {answer['reason']}")
+            reason = str(answer["reason"])
+            if answer["usable"]:
+                lines.append(f"  {name}: ready: {reason}")
+            else:  # adapters already phrase it ("not installed: pip install ...")
+                prefix = "" if reason.startswith("not ") else "not usable: "
+                lines.append(f"  {name}: {prefix}{reason}")
     if machine.unseen:
         lines.append("Not detected:")
         lines += [f"  - {note}" for note in machine.unseen]

@@ -15,6 +15,7 @@ from typing import Any
 import pynvml
 
 from launcher.hardware.sources import DiskUsage, LocalFiles, PlatformFacts, Sources
+from launcher.hardware.windows import LiveWindowsCpu, WindowsCpuSource
 
 MIB = 1024**2
 GIB = 1024**3
@@ -46,6 +47,20 @@ class FakeCommands:
     def run(self, argv: Sequence[str]) -> str | None:
         self.calls.append(list(argv))
         return self.outputs.get(argv[0])
+
+
+@dataclass(frozen=True)
+class FakeWindowsCpu:
+    """What the registry and IsProcessorFeaturePresent answer on a Windows machine."""
+
+    brand_name: str | None
+    feature_set: frozenset[str] | None
+
+    def brand(self) -> str | None:
+        return self.brand_name
+
+    def features(self) -> frozenset[str] | None:
+        return self.feature_set
 
 
 @dataclass
@@ -223,6 +238,7 @@ def make_sources(
     nvml: FakeNvml | None = None,
     disk_free: int = 500 * GIB,
     models_dir: str = "/home/user/.cache/huggingface/hub",
+    windows_cpu: WindowsCpuSource | None = None,
 ) -> Sources:
     """Sources for a recorded machine; `nvml=None` means the NVIDIA library is not on the machine."""
 
@@ -240,6 +256,7 @@ def make_sources(
         disk_usage=disk_usage,
         nvml=load_nvml,
         models_dir=lambda: Path(models_dir),
+        windows_cpu=windows_cpu or LiveWindowsCpu(),
     )
 
 

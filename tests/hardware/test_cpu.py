@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+
+import pytest
 
 from launcher.hardware.cpu import mac_features, parse_proc_cpuinfo, parse_sysctl, probe_cpu
 from launcher.hardware.sources import PlatformFacts
-from tests.hardware.fakes import GIB, FakeStats, cpuinfo_x86, make_sources
+from launcher.hardware.windows import LiveWindowsCpu
+from tests.hardware.fakes import GIB, FakeStats, FakeWindowsCpu, cpuinfo_x86, make_sources
 from tests.hardware.raw_machines import COFFEE_LAKE, RAW_DIR, SANDY_BRIDGE, ZEN4
 
 LINUX = PlatformFacts(system="Linux", machine="x86_64", release="6.8.0")
@@ -74,9 +78,32 @@ def test_mac_sysctl_features_for_m2() -> None:
     assert mac_features(values) == {"neon", "dotprod", "fp16", "i8mm", "bf16"}  # FEAT_SME is 0 on M2
 
 
-def test_windows_cpu_features_are_declared_unseen(tmp_path: Path) -> None:
+def test_windows_brand_and_feature_tiers(tmp_path: Path) -> None:
     windows = PlatformFacts(system="Windows", machine="AMD64", release="11", processor="Intel64 Family 6")
-    report = probe_cpu(make_sources(tmp_path, platform=windows, stats=FakeStats(16 * GIB, 8 * GIB, 8, 16)))
+    cpu = FakeWindowsCpu("13th Gen Intel(R) Core(TM) i7-13700K", frozenset({"sse4_2", "avx", "avx2"}))
+    sources = make_sources(tmp_path, platform=windows, stats=FakeStats(32 * GIB, 20 * GIB, 16, 24), windows_cpu=cpu)
+    report = probe_cpu(sources)
+    assert report.cpu.brand == "13th Gen Intel(R) Core(TM) i7-13700K"
     assert report.cpu.arch == "x86_64"
+    assert report.cpu.features == {"sse4_2", "avx", "avx2"}
+    assert any("FMA, F16C, VNNI unknown" in note for note in report.unseen)
+
+
+def test_windows_without_answers_keeps_platform_brand_and_says_so(tmp_path: Path) -> None:
+    windows = PlatformFacts(system="Windows", machine="AMD64", release="11", processor="Intel64 Family 6")
+    sources = make_sources(
+        tmp_path,
+        platform=windows,
+        stats=FakeStats(16 * GIB, 8 * GIB, 8, 16),
+        windows_cpu=FakeWindowsCpu(None, None),
+    )
+    report = probe_cpu(sources)
+    assert report.cpu.brand == "Intel64 Family 6"
     assert report.cpu.features == frozenset()
-    assert any("not detected on Windows" in note for note in report.unseen)
+    assert any("not readable on this Windows machine" in note for note in report.unseen)
+
+
+def test_live_windows_source_answers_none_off_windows() -> None:
+    if sys.platform == "win32":
+        pytest.skip("only meaningful off Windows")
+    assert LiveWindowsCpu().brand() is None and LiveWindowsCpu().features() is None
