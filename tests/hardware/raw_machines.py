@@ -311,7 +311,9 @@ def _old_cpu(root: Path) -> Sources:
     )
 
 
-def _mac_sources(root: Path, sysctl_file: str, gpu_cores: int, chip: str, stats: FakeStats) -> Sources:
+def _mac_sources(
+    root: Path, sysctl_file: str, gpu_cores: int, chip: str, stats: FakeStats, macos: tuple[str, str]
+) -> Sources:
     profiler = {
         "SPDisplaysDataType": [
             {
@@ -327,7 +329,7 @@ def _mac_sources(root: Path, sysctl_file: str, gpu_cores: int, chip: str, stats:
     }
     return make_sources(
         root,
-        platform=_mac("14.6.1", "23.6.0"),
+        platform=_mac(*macos),
         stats=stats,
         commands={"sysctl": _read(sysctl_file), "system_profiler": json.dumps(profiler)},
         disk_free=(310 if stats.total < 64 * GIB else 3_100) * GIB,
@@ -336,13 +338,14 @@ def _mac_sources(root: Path, sysctl_file: str, gpu_cores: int, chip: str, stats:
 
 
 def _macbook_air_m2(root: Path) -> Sources:
-    return _mac_sources(root, "m2-macbook-air.sysctl", 10, "Apple M2", FakeStats(16 * GIB, 6 * GIB, 8, 8))
+    stats = FakeStats(16 * GIB, 6 * GIB, 8, 8)
+    return _mac_sources(root, "m2-macbook-air.sysctl", 10, "Apple M2", stats, ("14.6.1", "23.6.0"))
 
 
 def _mac_studio_m3_ultra(root: Path) -> Sources:
-    return _mac_sources(
-        root, "m3-ultra-mac-studio.sysctl", 80, "Apple M3 Ultra", FakeStats(192 * GIB, 171 * GIB, 32, 32)
-    )
+    # M3 Ultra Mac Studios ship with macOS 15 (96/256/512 GB; 192 GB is the name the team asked for).
+    stats = FakeStats(192 * GIB, 171 * GIB, 32, 32)
+    return _mac_sources(root, "m3-ultra-mac-studio.sysctl", 80, "Apple M3 Ultra", stats, ("15.3.2", "24.3.0"))
 
 
 RAW_MACHINES: dict[str, RawMachine] = {
