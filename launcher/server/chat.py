@@ -1,0 +1,243 @@
+"""Chat requests in one internal shape, shared by the OpenAI, Anthropic and Responses routes.
+
+Each route converts its request into `ChatOptions` (OpenAI-style message dicts, tools in
+OpenAI's function format) and its output events (`TextDelta`, `ToolCallDelta`, `ChatDone`)
+back into its own wire shape. Here: history validation, template rendering, tool-call
+parsing (grammar-constrained when the client requires a call) and response formats.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from launcher.engines.base import Constraint, SamplingParams, TokenLogprob
+from launcher.server.errors import ApiError, bad_request
+from launcher.server.generation import Chunk, Generation, Usage, start_generation, tokenize_prompt
+from launcher.server.state import ServerState
+from launcher.server.templates import TemplateError, ToolFormat
+from launcher.server.toolcalls import ParsedToolCall, StreamingToolParser, TextPiece, tool_constraint
+
+ToolChoice = Literal["none", "auto", "required"] | str  # any other string: the one function to call
+ChatFinish = Literal["stop", "length", "tool_calls", "cancelled", "error"]
+
+
+@dataclass
+class ChatOptions:
+    """A chat request, whatever API it arrived on."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_choice: ToolChoice = "auto"
+    response_format: Constraint | None = None
+    max_tokens: int | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stops: list[str] = field(default_factory=list)
+    logprobs: int | None = None
+    request_id: str = ""
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """Assistant text."""
+
+    text: str
+    logprobs: tuple[TokenLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """One complete tool call, numbered from 0 in the reply."""
+
+    index: int
+    call: ParsedToolCall
+
+
+@dataclass(frozen=True)
+class ChatDone:
+    """End of the reply."""
+
+    finish_reason: ChatFinish
+    usage: Usage
+    stop_sequence: str | None = None
+    error: str | None = None
+
+
+ChatEvent = TextDelta | ToolCallDelta | ChatDone
+
+
+def text_of(content: Any, *, param: str) -> str:
+    """Message content (a string or a list of text parts) as one string; images are a clear 400."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for part in content:
+        kind = part.get("type")
+        if kind in ("text", "input_text", "output_text"):
+            parts.append(str(part.get("text", "")))
+        elif kind in ("image_url", "image", "input_image", "input_audio", "file", "document"):
+            raise bad_request(f"This model reads text only; {kind} content is not supported.", param=param)
+        else:
+            raise bad_request(f"Unknown content part type {kind!r}.", param=param)
+    return "".join(parts)
+
+
+def _arguments_object(arguments: Any, *, param: str) -> dict[str, Any]:
+    if isinstance(arguments, dict):
+        return arguments
+    if arguments in (None, ""):
+        return {}
+    try:
+        value = json.loads(arguments)
+    except (TypeError, json.JSONDecodeError):
+        raise bad_request("Tool-call arguments in the history must be a JSON object string.", param=param) from None
+    if not isinstance(value, dict):
+        raise bad_request("Tool-call arguments in the history must be a JSON object.", param=param)
+    return value
+
+
+def normalize_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Validate a tool-call history and put it in the shape HF templates expect (arguments as objects)."""
+    out: list[dict[str, Any]] = []
+    open_calls: set[str] = set()
+    for i, message in enumerate(messages):
+        role = message["role"]
+        if role == "developer":
+            role = "system"
+        item: dict[str, Any] = {"role": role, "content": text_of(message.get("content"), param=f"messages.{i}")}
+        if role == "assistant" and message.get("tool_calls"):
+            calls = []
+            for j, call in enumerate(message["tool_calls"]):
+                function = call.get("function") or {}
+                if not function.get("name"):
+                    raise bad_request("Each tool call needs function.name.", param=f"messages.{i}.tool_calls.{j}")
+                call_id = call.get("id") or f"call_{i}_{j}"
+                open_calls.add(call_id)
+                arguments = _arguments_object(function.get("arguments"), param=f"messages.{i}.tool_calls.{j}")
+                calls.append(
+                    {"id": call_id, "type": "function", "function": {"name": function["name"], "arguments": arguments}}
+                )
+            item["tool_calls"] = calls
+        elif role in ("tool", "function"):
+            if not out or not any(m.get("tool_calls") for m in out if m["role"] == "assistant"):
+                raise bad_request(
+                    "A tool message must follow an assistant message with tool_calls.", param=f"messages.{i}"
+                )
+            call_id = message.get("tool_call_id")
+            if role == "tool" and not call_id:
+                raise bad_request("A tool message needs tool_call_id.", param=f"messages.{i}.tool_call_id")
+            if call_id and call_id not in open_calls:
+                raise bad_request(
+                    f"tool_call_id {call_id!r} does not match any earlier tool call.", param=f"messages.{i}"
+                )
+            item["role"] = "tool"
+            item["tool_call_id"] = call_id
+            if message.get("name"):
+                item["name"] = message["name"]
+        out.append(item)
+    return out
+
+
+def _choice_tools(options: ChatOptions) -> list[dict[str, Any]]:
+    if options.tool_choice in ("none", "auto", "required"):
+        return options.tools
+    chosen = [t for t in options.tools if t["function"]["name"] == options.tool_choice]
+    if not chosen:
+        raise bad_request(f"tool_choice names {options.tool_choice!r}, which is not in tools.", param="tool_choice")
+    return chosen
+
+
+@dataclass
+class ChatRun:
+    """A started chat generation."""
+
+    generation: Generation
+    tool_format: ToolFormat | None  # None: tool calls are not parsed
+    constrained: bool
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt size in tokens."""
+        return self.generation.prompt_tokens
+
+    async def events(self) -> AsyncIterator[ChatEvent]:
+        """Text deltas and tool calls as they become certain, then `ChatDone`."""
+        parser = StreamingToolParser(self.tool_format) if self.tool_format else None
+        calls = 0
+        async for item in self.generation:
+            if isinstance(item, Chunk):
+                if parser is None:
+                    if item.text or item.logprobs:
+                        yield TextDelta(item.text, item.logprobs)
+                    continue
+                for event in parser.feed(item.text):
+                    if isinstance(event, TextPiece):
+                        yield TextDelta(event.text, item.logprobs)
+                    else:
+                        yield ToolCallDelta(calls, event)
+                        calls += 1
+                continue
+            if parser is not None:
+                for event in parser.finish():
+                    if isinstance(event, TextPiece):
+                        if event.text:
+                            yield TextDelta(event.text)
+                    else:
+                        yield ToolCallDelta(calls, event)
+                        calls += 1
+            reason: ChatFinish = item.reason
+            if calls and item.reason in ("stop", "length"):
+                reason = "tool_calls"
+            yield ChatDone(reason, item.usage, item.stop_sequence, item.error)
+
+    async def aclose(self) -> None:
+        """Stop generating (client gone or done)."""
+        await self.generation.aclose()
+
+
+def render_prompt(state: ServerState, options: ChatOptions) -> list[int]:
+    """Prompt tokens for a chat request (also used by count_tokens)."""
+    model, template = state.require_model()
+    tools = options.tools if options.tool_choice != "none" else []
+    try:
+        text = template.render(options.messages, tools or None)
+    except TemplateError as err:
+        raise bad_request(str(err), param="messages") from err
+    return tokenize_prompt(model, text, template_bos=template.bos_token)
+
+
+async def start_chat(state: ServerState, options: ChatOptions) -> ChatRun:
+    """Render, check and start a chat generation (errors are raised before any output)."""
+    model, template = state.require_model()
+    if options.tool_choice not in ("none", "auto") and not options.tools:
+        raise bad_request("tool_choice requires tools.", param="tool_choice")
+    prompt = render_prompt(state, options)
+    constraint = options.response_format
+    tool_format: ToolFormat | None = None
+    constrained = False
+    if options.tools and options.tool_choice != "none":
+        tool_format = template.tool_format
+        if options.tool_choice != "auto":
+            constraint, tool_format = tool_constraint(template.tool_format, _choice_tools(options))
+            constrained = True
+    if options.tools and options.tool_choice == "auto" and options.response_format is not None:
+        tool_format = None  # a JSON reply was asked for; do not read it as a call
+    try:
+        generation = await start_generation(
+            model,
+            state.metrics,
+            prompt,
+            max_tokens=options.max_tokens,
+            sampling=options.sampling,
+            constraint=constraint,
+            stops=options.stops,
+            logprobs=options.logprobs,
+            request_id=options.request_id,
+        )
+    except ApiError:
+        raise
+    return ChatRun(generation, tool_format, constrained)

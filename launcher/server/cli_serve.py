@@ -1,0 +1,123 @@
+"""`launcher serve MODEL`: serve a model on an OpenAI/Anthropic-compatible endpoint.
+
+Flags are generated from `ServeConfig` fields (one flag per field), so the CLI, the settings
+file and the app cannot drift. Precedence: ServeConfig defaults < settings `[serve]` <
+`--config FILE` `[serve]` < flags. When ready, one line goes to stdout:
+
+    LAUNCHER_READY {"url": ..., "base_url": ..., "model": ..., "engine": ..., ...}
+
+and on a start failure `LAUNCHER_ERROR {"kind": ..., "message": ...}` with a non-zero exit.
+Human logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import types
+import typing
+from typing import Any, get_args, get_origin
+
+from launcher.core.config import ServeConfig
+
+_SKIP = {"model"}
+
+
+def _flag_type(annotation: Any) -> tuple[Any, list[str] | None, bool]:
+    """(argparse type, choices, is_list) for a ServeConfig field annotation."""
+    origin = get_origin(annotation)
+    if origin in (types.UnionType, typing.Union):
+        inner = [a for a in get_args(annotation) if a is not type(None)]
+        return _flag_type(inner[0])
+    if origin is typing.Literal:
+        return str, [str(a) for a in get_args(annotation)], False
+    if origin is list:
+        return str, None, True
+    if annotation is bool:
+        return bool, None, False
+    return annotation, None, False
+
+
+def _comma_list(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per ServeConfig field, plus MODEL and --config."""
+    parser.add_argument(
+        "model",
+        nargs="?",
+        default=argparse.SUPPRESS,
+        help="GGUF path, catalog id or local-library name (default: the starter model)",
+    )
+    parser.add_argument("--config", metavar="FILE", default=None, help="TOML file with a [serve] table")
+    for name, field in ServeConfig.model_fields.items():
+        if name in _SKIP:
+            continue
+        flag = "--" + name.replace("_", "-")
+        kind, choices, is_list = _flag_type(field.annotation)
+        help_text = field.description or ""
+        if field.default is not None and not is_list and name != "api_key":
+            help_text += f" [default: {field.default}]"
+        if kind is bool:
+            parser.add_argument(
+                flag, dest=name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=help_text
+            )
+        elif is_list:
+            parser.add_argument(
+                flag, dest=name, type=_comma_list, default=argparse.SUPPRESS, help=help_text + " (comma-separated)"
+            )
+        else:
+            parser.add_argument(flag, dest=name, type=kind, choices=choices, default=argparse.SUPPRESS, help=help_text)
+
+
+def build_config(args: argparse.Namespace) -> ServeConfig:
+    """Merge settings, the --config file and the flags into one validated ServeConfig."""
+    import tomllib
+    from pathlib import Path
+
+    from pydantic import ValidationError
+
+    from launcher.core import settings
+    from launcher.core.errors import ConfigError
+
+    merged: dict[str, Any] = settings.load().serve.model_dump(exclude_unset=True)
+    if args.config:
+        path = Path(args.config).expanduser()
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as err:
+            raise ConfigError(f"Cannot read config file {path}: {err}") from err
+        table = data.get("serve", data)
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: [serve] must be a table.")
+        merged.update(table)
+    for name in ServeConfig.model_fields:
+        if hasattr(args, name):
+            merged[name] = getattr(args, name)
+    try:
+        return ServeConfig.model_validate(merged)
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in err.errors())
+        raise ConfigError(f"Invalid serve settings: {problems}") from err
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start the server; returns the exit code."""
+    import json
+    import sys
+
+    from launcher.core.errors import LauncherError
+
+    try:
+        from launcher.server.runner import serve
+
+        return serve(build_config(args))
+    except LauncherError as err:
+        line = json.dumps({"kind": type(err).__name__, "message": str(err)})
+        print(f"LAUNCHER_ERROR {line}", flush=True)
+        raise
+    except Exception as err:  # still tell the app why, in the contract's shape
+        line = json.dumps({"kind": type(err).__name__, "message": f"The server failed to start: {err}"})
+        print(f"LAUNCHER_ERROR {line}", flush=True)
+        print(f"error: the server failed to start: {err}", file=sys.stderr)
+        return 1

@@ -1,0 +1,235 @@
+"""The shared generation driver: tokens in, text pieces out, with stop strings, usage and metrics.
+
+Every endpoint goes through `start_generation`: it tokenizes, checks the prompt against the
+context (a 400 before any stream starts), asks the engine for the first event (so a full
+queue is a 429 before any stream starts), then yields `Chunk`s and one final `Finish`.
+Stop strings are matched here: text that could be the start of a stop string is held back
+until it is known not to be one.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Literal
+
+from launcher.engines.base import (
+    Constraint,
+    GenerationEvent,
+    GenerationRequest,
+    LoadedModel,
+    QueueFullError,
+    SamplingParams,
+    TokenLogprob,
+)
+from launcher.server.errors import ApiError, bad_request
+from launcher.server.metrics import ServerMetrics
+
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts of one request."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus completion."""
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of generated text (never part of a stop string)."""
+
+    text: str
+    logprobs: tuple[TokenLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The end of a generation."""
+
+    reason: FinishReason
+    usage: Usage
+    stop_sequence: str | None = None
+    error: str | None = None
+
+
+def _held_back(text: str, stops: list[str]) -> int:
+    """How many trailing characters of `text` could begin a stop string."""
+    best = 0
+    for stop in stops:
+        for size in range(min(len(stop) - 1, len(text)), best, -1):
+            if text.endswith(stop[:size]):
+                best = size
+                break
+    return best
+
+
+class Generation:
+    """One running generation; iterate it for `Chunk`s then a `Finish`. Always `aclose()` it."""
+
+    def __init__(
+        self,
+        stream: AsyncIterator[GenerationEvent],
+        first: GenerationEvent,
+        *,
+        prompt_tokens: int,
+        stops: list[str],
+        metrics: ServerMetrics,
+        started: float,
+    ) -> None:
+        self.prompt_tokens = prompt_tokens
+        self._stream = stream
+        self._first: GenerationEvent | None = first
+        self._stops = [s for s in stops if s]
+        self._metrics = metrics
+        self._started = started
+        self._last_token_at: float | None = None
+        self._completion_tokens = 0
+        self._closed = False
+
+    def _observe(self, event: GenerationEvent) -> None:
+        count = len(event.token_ids)
+        if not count:
+            return
+        now = time.monotonic()
+        if self._last_token_at is None:
+            ttft = now - self._started
+            self._metrics.ttft.observe(ttft)
+            self._metrics.prefill_rate.add(max(self.prompt_tokens - event.cached_prompt_tokens, 0), now)
+        else:
+            self._metrics.inter_token.observe((now - self._last_token_at) / count)
+        self._last_token_at = now
+        self._completion_tokens += count
+        self._metrics.generation_tokens.inc(count)
+        self._metrics.decode_rate.add(count, now)
+
+    async def _events(self) -> AsyncIterator[GenerationEvent]:
+        if self._first is not None:
+            first, self._first = self._first, None
+            yield first
+        async for event in self._stream:
+            yield event
+
+    async def __aiter__(self) -> AsyncIterator[Chunk | Finish]:
+        pending = ""
+        pending_logprobs: list[TokenLogprob] = []
+        cached = 0
+        async for event in self._events():
+            self._observe(event)
+            cached = max(cached, event.cached_prompt_tokens)
+            pending += event.text
+            pending_logprobs.extend(event.logprobs)
+            if self._stops:
+                hits = [(pending.find(stop), stop) for stop in self._stops if stop in pending]
+                if hits:
+                    index, stop = min(hits)
+                    if index:
+                        yield Chunk(pending[:index], tuple(pending_logprobs))
+                    await self.aclose()
+                    yield Finish("stop", self._usage(event, cached), stop_sequence=stop)
+                    return
+            if event.finish_reason is not None:
+                if pending:
+                    yield Chunk(pending, tuple(pending_logprobs))
+                yield Finish(event.finish_reason, self._usage(event, cached), error=event.error)
+                await self.aclose()
+                return
+            hold = _held_back(pending, self._stops) if self._stops else 0
+            ready = pending[: len(pending) - hold]
+            if ready or pending_logprobs:
+                yield Chunk(ready, tuple(pending_logprobs))
+                pending, pending_logprobs = pending[len(ready) :], []
+        # The engine ended without a finish event (it should not); still close cleanly.
+        if pending:
+            yield Chunk(pending)
+        yield Finish("stop", Usage(self.prompt_tokens, self._completion_tokens, cached))
+
+    def _usage(self, event: GenerationEvent, cached: int) -> Usage:
+        completion = max(event.completion_tokens, self._completion_tokens)
+        prompt = event.prompt_tokens or self.prompt_tokens
+        return Usage(prompt, completion, cached)
+
+    async def aclose(self) -> None:
+        """Stop the engine's sequence (stop string found, client gone, request done)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._metrics.duration.observe(time.monotonic() - self._started)
+        closer = getattr(self._stream, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
+def tokenize_prompt(model: LoadedModel, prompt: str | list[int], *, template_bos: str = "") -> list[int]:
+    """Prompt tokens; a rendered chat prompt that already starts with the BOS text gets no second BOS."""
+    if isinstance(prompt, list):
+        return list(prompt)
+    add_bos = model.info.add_bos_token and not (template_bos and prompt.startswith(template_bos))
+    return model.tokenize(prompt, add_special=add_bos, parse_special=True)
+
+
+async def start_generation(
+    model: LoadedModel,
+    metrics: ServerMetrics,
+    prompt_tokens: list[int],
+    *,
+    max_tokens: int | None,
+    sampling: SamplingParams,
+    constraint: Constraint | None = None,
+    stops: list[str] | None = None,
+    logprobs: int | None = None,
+    request_id: str = "",
+) -> Generation:
+    """Start generating; raises ApiError 400 (prompt too long) or 429 (queue full) before any output."""
+    context = model.info.context_length
+    count = len(prompt_tokens)
+    if count == 0:
+        raise bad_request("The prompt is empty.", param="messages")
+    if count >= context:
+        raise bad_request(
+            f"The prompt has {count} tokens but the model's context is {context} tokens. Shorten the "
+            "conversation or restart the server with a larger --context.",
+            param="messages",
+            code="context_length_exceeded",
+        )
+    room = context - count
+    limit = room if max_tokens is None else min(max_tokens, room)
+    request = GenerationRequest(
+        prompt_tokens=prompt_tokens,
+        max_tokens=limit,
+        sampling=sampling,
+        constraint=constraint,
+        logprobs=logprobs,
+        request_id=request_id,
+    )
+    started = time.monotonic()
+    metrics.prompt_tokens.inc(count)
+    stream: AsyncIterator[GenerationEvent] | None = None
+    try:
+        stream = model.generate(request)
+        first = await stream.__anext__()
+    except QueueFullError as err:
+        raise ApiError(
+            429,
+            "The server is busy: too many requests are waiting. Retry shortly.",
+            code="queue_full",
+            headers={"Retry-After": str(max(1, math.ceil(err.retry_after_s)))},
+        ) from err
+    except StopAsyncIteration:
+        first = GenerationEvent(finish_reason="stop", prompt_tokens=count)
+    if first.finish_reason == "error" and not first.token_ids:
+        closer = getattr(stream, "aclose", None)
+        if closer is not None:
+            await closer()
+        raise ApiError(500, f"The engine failed: {first.error or 'unknown error'}")
+    assert stream is not None
+    return Generation(stream, first, prompt_tokens=count, stops=stops or [], metrics=metrics, started=started)

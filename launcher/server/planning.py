@@ -1,0 +1,107 @@
+"""From `launcher serve MODEL [flags]` to a model on disk, an engine and the numbers to load it with.
+
+Resolution goes through `launcher.catalog.resolve` (paths, catalog ids, library names, the
+starter model); `--engine auto`, a missing `--gpu-layers` or `--context` are filled in by the
+advisor's serve plan for this machine. A plan whose fit verdict is "wont_fit" stops the start
+with the advisor's numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.core.config import ServeConfig
+from launcher.core.errors import ModelDoesNotFitError, ModelFormatError, ModelNotFoundError
+from launcher.engines.base import LocalModel
+
+log = logging.getLogger(__name__)
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class ServeSetup:
+    """The resolved model, the engine to run it, and the config with the advisor's numbers filled in."""
+
+    model: LocalModel
+    engine: str
+    engine_reason: str
+    config: ServeConfig
+
+
+def resolve(spec: str) -> LocalModel:
+    """The model a user named (path, catalog id, library name, "" or "starter")."""
+    try:
+        from launcher.catalog.resolve import resolve_model
+    except ImportError:  # the catalog package is older than contract 4: accept a GGUF path
+        return _gguf_path(spec)
+    return resolve_model(spec)
+
+
+def _gguf_path(spec: str) -> LocalModel:
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        raise ModelNotFoundError(f"{path} does not exist.")
+    with path.open("rb") as handle:
+        if handle.read(4) != b"GGUF":
+            raise ModelFormatError(f"{path} is not a GGUF file.")
+    return LocalModel(path=path, format="gguf", name=path.stem)
+
+
+def _available(device: object) -> float:
+    return float(getattr(device, "available_bytes", getattr(device, "available", 0)) or 0)
+
+
+def _fit_message(model: LocalModel, fit: object) -> str:
+    needed = getattr(fit, "needed_bytes", 0) / GIB
+    devices = getattr(fit, "devices", ())
+    where = ", ".join(f"{getattr(d, 'name', 'device')}: {_available(d) / GIB:.1f} GiB free" for d in devices)
+    advice = " ".join(getattr(fit, "advice", ()))
+    text = f"{model.name} does not fit on this machine: it needs about {needed:.1f} GiB"
+    if where:
+        text += f" ({where})"
+    return f"{text}. {advice}".strip()
+
+
+def plan(config: ServeConfig) -> ServeSetup:
+    """Resolve the model and let the advisor choose what the user left open."""
+    model = resolve(config.model)
+    if config.alias:
+        from dataclasses import replace
+
+        model = replace(model, name=config.alias)
+    try:
+        from launcher.advisor import plan_local
+        from launcher.catalog.gguf_meta import read_gguf_metadata
+        from launcher.hardware.probe import probe_machine
+    except ImportError as err:
+        engine = "llamacpp" if config.engine == "auto" else config.engine
+        reason = "llama.cpp runs GGUF files" if config.engine == "auto" else f"{engine} chosen with --engine"
+        log.info("advisor unavailable (%s); using %s", err, engine)
+        return ServeSetup(model, engine, reason, config)
+    if model.format != "gguf":
+        by_format = {"mlx": "mlx", "exl3": "exllamav3", "exl2": "exllamav2"}.get(model.format, "llamacpp")
+        chosen = by_format if config.engine == "auto" else config.engine
+        return ServeSetup(model, chosen, f"{chosen} runs {model.format.upper()} models", config)
+    meta = read_gguf_metadata(model.path)
+    serve_plan = plan_local(
+        probe_machine(),
+        model.format,
+        meta.to_architecture(),
+        meta.file_bytes,
+        context=config.context,
+        parallel=config.parallel,
+        engine=None if config.engine == "auto" else config.engine,
+        kv_type=config.kv_cache_type,
+    )
+    if not serve_plan.fit.fits:
+        raise ModelDoesNotFitError(_fit_message(model, serve_plan.fit))
+    updates: dict[str, object] = {}
+    if config.context is None:
+        updates["context"] = serve_plan.context
+    if config.gpu_layers is None:
+        updates["gpu_layers"] = serve_plan.gpu_layers
+    filled = config.model_copy(update=updates) if updates else config
+    return ServeSetup(model, serve_plan.engine, serve_plan.reason, filled)

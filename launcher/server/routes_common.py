@@ -1,0 +1,103 @@
+"""Helpers every route module shares: body parsing, ids, sampling, logprobs."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+
+from launcher.engines.base import SamplingParams, TokenLogprob
+from launcher.server.errors import ApiError, bad_request, validation_message
+from launcher.server.state import ServerState
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
+def state_of(request: Request) -> ServerState:
+    """The server state of the app serving `request`."""
+    state: ServerState = request.app.state.server
+    return state
+
+
+async def parse_body(request: Request, model: type[ModelT]) -> ModelT:
+    """The JSON body validated as `model`; bad JSON or wrong types are a 400."""
+    raw = await request.body()
+    if len(raw) > MAX_BODY_BYTES:
+        raise ApiError(413, f"Request body is larger than {MAX_BODY_BYTES // (1024 * 1024)} MiB.")
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise bad_request(f"The request body is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise bad_request("The request body must be a JSON object.")
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        message, param = validation_message(err)
+        raise bad_request(message, param=param) from None
+
+
+def new_id(prefix: str) -> str:
+    """A random id like `chatcmpl-...`."""
+    return f"{prefix}{secrets.token_hex(12)}"
+
+
+def sampling_from(
+    *,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    min_p: float | None = None,
+    seed: int | None = None,
+    presence_penalty: float | None = None,
+    frequency_penalty: float | None = None,
+    repeat_penalty: float | None = None,
+    logit_bias: dict[str, float] | None = None,
+) -> SamplingParams:
+    """SamplingParams from optional request fields (unset fields keep the engine defaults)."""
+    defaults = SamplingParams()
+    bias: dict[int, float] = {}
+    for key, value in (logit_bias or {}).items():
+        try:
+            bias[int(key)] = float(value)
+        except ValueError:
+            raise bad_request(f"logit_bias keys must be token ids, got {key!r}.", param="logit_bias") from None
+    return SamplingParams(
+        temperature=defaults.temperature if temperature is None else temperature,
+        top_p=defaults.top_p if top_p is None else top_p,
+        top_k=defaults.top_k if top_k is None else top_k,
+        min_p=defaults.min_p if min_p is None else min_p,
+        seed=seed,
+        presence_penalty=presence_penalty or 0.0,
+        frequency_penalty=frequency_penalty or 0.0,
+        repeat_penalty=defaults.repeat_penalty if repeat_penalty is None else repeat_penalty,
+        logit_bias=bias,
+    )
+
+
+def stops_from(stop: str | list[str] | None, *, param: str = "stop") -> list[str]:
+    """Stop strings as a list (at most 16, none empty)."""
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    if len(stops) > 16:
+        raise bad_request("At most 16 stop sequences are supported.", param=param)
+    return [s for s in stops if s]
+
+
+def openai_logprobs(items: tuple[TokenLogprob, ...]) -> list[dict[str, Any]]:
+    """Chat-completions `logprobs.content` entries."""
+    return [
+        {
+            "token": item.text,
+            "logprob": item.logprob,
+            "bytes": list(item.text.encode()),
+            "top_logprobs": [
+                {"token": text, "logprob": logprob, "bytes": list(text.encode())} for text, logprob in item.top
+            ],
+        }
+        for item in items
+    ]

@@ -1,0 +1,239 @@
+"""Tool calls written by the model, parsed per model family, in one piece or while streaming.
+
+Families: hermes/qwen `<tool_call>{"name", "arguments"}</tool_call>`, llama 3.x JSON
+`{"name", "parameters"}` (bare at the start of the reply, or after `<|python_tag|>`), mistral
+`[TOOL_CALLS][{...}]` (and the newer `[TOOL_CALLS]name[ARGS]{...}`), gpt-oss harmony
+`<|channel|>commentary to=functions.NAME ... <|message|>{...}<|call|>`.
+
+The streaming parser emits text as soon as it cannot be the start of a tool call and holds
+back only the few characters that could still become one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from launcher.engines.base import Constraint
+from launcher.server.templates import ToolFormat
+
+
+@dataclass(frozen=True)
+class ParsedToolCall:
+    """A call the model made: function name and its arguments as a JSON string."""
+
+    name: str
+    arguments: str
+    id: str = field(default_factory=lambda: "call_" + secrets.token_hex(12))
+
+
+@dataclass(frozen=True)
+class TextPiece:
+    """Plain text for the client."""
+
+    text: str
+
+
+ParserEvent = TextPiece | ParsedToolCall
+
+# start marker -> end marker (None: the call runs to the end of the reply)
+_MARKERS: dict[ToolFormat, dict[str, str | None]] = {
+    "hermes": {"<tool_call>": "</tool_call>"},
+    "llama3": {"<|python_tag|>": None},
+    "mistral": {"[TOOL_CALLS]": None},
+    "harmony": {"<|channel|>commentary to=functions.": "<|call|>"},
+}
+
+
+def _arguments_json(value: Any) -> str:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return str(value)
+    return json.dumps(value if value is not None else {}, ensure_ascii=False)
+
+
+def _calls_from_json(value: Any) -> list[ParsedToolCall] | None:
+    """Calls from a decoded JSON object/array, or None when it does not look like calls."""
+    items = value if isinstance(value, list) else [value]
+    calls: list[ParsedToolCall] = []
+    for item in items:
+        if not isinstance(item, dict):
+            return None
+        if isinstance(item.get("function"), dict):
+            item = item["function"]
+        name = item.get("name")
+        if not isinstance(name, str) or not name:
+            return None
+        args = item.get("arguments", item.get("parameters", {}))
+        calls.append(ParsedToolCall(name=name, arguments=_arguments_json(args)))
+    return calls or None
+
+
+def _decode_json_sequence(text: str) -> list[Any] | None:
+    """JSON values separated by whitespace or `;` (llama 3 may emit several)."""
+    decoder = json.JSONDecoder()
+    values: list[Any] = []
+    position = 0
+    text = text.strip()
+    while position < len(text):
+        while position < len(text) and text[position] in " \t\r\n;":
+            position += 1
+        if position >= len(text):
+            break
+        try:
+            value, position = decoder.raw_decode(text, position)
+        except json.JSONDecodeError:
+            return None
+        values.append(value)
+    return values or None
+
+
+def parse_call_body(fmt: ToolFormat, body: str) -> list[ParsedToolCall] | None:
+    """Calls inside one tool-call region (after the start marker), or None if it does not parse."""
+    if fmt == "harmony":
+        match = re.match(r"\s*([\w.\-]+)(.*?)<\|message\|>(.*)$", body, re.S)
+        if not match:
+            return None
+        return [ParsedToolCall(name=match.group(1), arguments=_arguments_json(match.group(3).strip()))]
+    if fmt == "mistral" and "[ARGS]" in body:
+        calls = []
+        for part in body.split("[TOOL_CALLS]"):
+            name, _, args = part.partition("[ARGS]")
+            if not name.strip():
+                return None
+            calls.append(ParsedToolCall(name=name.strip(), arguments=_arguments_json(args.strip())))
+        return calls
+    values = _decode_json_sequence(body)
+    if values is None:
+        return None
+    calls = []
+    for value in values:
+        found = _calls_from_json(value)
+        if found is None:
+            return None
+        calls.extend(found)
+    return calls
+
+
+def parse_tool_calls(fmt: ToolFormat, text: str) -> tuple[str, list[ParsedToolCall]]:
+    """Split a whole reply into text content and tool calls."""
+    parser = StreamingToolParser(fmt)
+    events = parser.feed(text) + parser.finish()
+    content = "".join(e.text for e in events if isinstance(e, TextPiece))
+    return content, [e for e in events if isinstance(e, ParsedToolCall)]
+
+
+class StreamingToolParser:
+    """Turns streamed model text into text pieces and complete tool calls."""
+
+    def __init__(self, fmt: ToolFormat) -> None:
+        self.fmt = fmt
+        self.markers = _MARKERS[fmt]
+        self.buffer = ""
+        self.in_call_end: str | None = None  # end marker of the open call
+        self.in_call = False
+        self.seen_text = False  # llama 3 bare JSON only counts at the very start
+        self._bare_json = False  # the open call is bare llama 3 JSON (no marker to give back)
+
+    def _longest_marker_prefix(self, text: str) -> int:
+        best = 0
+        for marker in self.markers:
+            for size in range(min(len(marker) - 1, len(text)), 0, -1):
+                if text.endswith(marker[:size]):
+                    best = max(best, size)
+                    break
+        return best
+
+    def feed(self, text: str) -> list[ParserEvent]:
+        """Events made certain by this piece of text."""
+        self.buffer += text
+        events: list[ParserEvent] = []
+        while True:
+            if self.in_call:
+                end = self.in_call_end
+                if end is None or end not in self.buffer:
+                    return events
+                body, _, self.buffer = self.buffer.partition(end)
+                self.in_call = False
+                events.extend(self._close_call(body, end))
+                continue
+            if self.fmt == "llama3" and not self.seen_text:
+                stripped = self.buffer.lstrip()
+                if not stripped:
+                    return events
+                if stripped.startswith("{"):
+                    self.in_call, self.in_call_end, self.buffer = True, None, stripped
+                    self._bare_json = True
+                    return events
+            found = [(self.buffer.find(m), m) for m in self.markers if m in self.buffer]
+            if found:
+                index, marker = min(found)
+                if index:
+                    events.append(TextPiece(self.buffer[:index]))
+                self.seen_text = True
+                self.buffer = self.buffer[index + len(marker) :]
+                self.in_call, self.in_call_end = True, self.markers[marker]
+                self._bare_json = False
+                continue
+            hold = self._longest_marker_prefix(self.buffer)
+            ready = self.buffer[: len(self.buffer) - hold]
+            if ready:
+                events.append(TextPiece(ready))
+                if ready.strip():
+                    self.seen_text = True
+            self.buffer = self.buffer[len(ready) :]
+            return events
+
+    def _close_call(self, body: str, end: str | None) -> list[ParserEvent]:
+        calls = parse_call_body(self.fmt, body)
+        if calls is not None:
+            return list(calls)
+        # Not a call after all: give the client the text the model wrote.
+        if self._bare_json:
+            return [TextPiece(body)]
+        start = next(iter(self.markers))
+        return [TextPiece(start + body + (end or ""))]
+
+    def finish(self) -> list[ParserEvent]:
+        """Flush at the end of generation (an unterminated call is parsed as it stands)."""
+        events: list[ParserEvent] = []
+        if self.in_call:
+            self.in_call = False
+            events.extend(self._close_call(self.buffer, None))
+        elif self.buffer:
+            events.append(TextPiece(self.buffer))
+        self.buffer = ""
+        return events
+
+
+def _call_schema(fmt: ToolFormat, name: str, parameters: dict[str, Any] | None) -> dict[str, Any]:
+    args_key = "parameters" if fmt == "llama3" else "arguments"
+    return {
+        "type": "object",
+        "properties": {"name": {"const": name}, args_key: parameters or {"type": "object"}},
+        "required": ["name", args_key],
+    }
+
+
+def tool_constraint(fmt: ToolFormat, tools: list[dict[str, Any]]) -> tuple[Constraint, ToolFormat]:
+    """A grammar constraint forcing exactly one call to one of `tools`, and the format it produces.
+
+    harmony is constrained in hermes form (its call header names the tool before the JSON).
+    """
+    if fmt == "harmony":
+        fmt = "hermes"
+    schemas = [_call_schema(fmt, t["function"]["name"], t["function"].get("parameters")) for t in tools]
+    schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+    if fmt == "hermes":
+        return Constraint(
+            kind="json_schema", schema=schema, prefix_text="<tool_call>\n", suffix_text="\n</tool_call>"
+        ), fmt
+    if fmt == "mistral":
+        array = {"type": "array", "items": schema, "minItems": 1, "maxItems": 1}
+        return Constraint(kind="json_schema", schema=array, prefix_text="[TOOL_CALLS]"), fmt
+    return Constraint(kind="json_schema", schema=schema), fmt

@@ -1,0 +1,79 @@
+"""Chat templates: the model's own (sandboxed), fallbacks by architecture, tools for templates without them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from launcher.core.errors import ModelFormatError
+from launcher.server.templates import TemplateError, load_template
+from tests.server.fake_model import fake_info
+
+WEATHER_TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+
+
+def test_gemma_without_template_gets_gemma_turns() -> None:
+    template = load_template(fake_info(chat_template=None, architecture="gemma3", bos_token="<bos>", eos_token="<eos>"))
+    text = template.render([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
+    assert text == "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
+
+
+def test_llama3_vocabulary_without_template_gets_llama3_headers() -> None:
+    template = load_template(
+        fake_info(chat_template=None, architecture="llama", bos_token="<|begin_of_text|>", eos_token="<|eot_id|>")
+    )
+    text = template.render([{"role": "user", "content": "Hi"}])
+    assert text.startswith("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>")
+    assert text.endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
+
+
+def test_unknown_architecture_without_template_fails_at_load() -> None:
+    with pytest.raises(ModelFormatError, match="no chat template"):
+        load_template(fake_info(chat_template=None, architecture="rwkv7", eos_token="</s>"))
+
+
+def test_template_exception_is_a_template_error() -> None:
+    template = load_template(fake_info(chat_template="{{ raise_exception('roles must alternate') }}"))
+    with pytest.raises(TemplateError, match="roles must alternate"):
+        template.render([{"role": "user", "content": "x"}])
+
+
+def test_sandbox_blocks_python_internals() -> None:
+    template = load_template(fake_info(chat_template="{{ messages.__class__.__mro__ }}"))
+    with pytest.raises(TemplateError):
+        template.render([{"role": "user", "content": "x"}])
+
+
+def test_tools_go_into_the_system_prompt_when_the_template_has_no_tool_support() -> None:
+    template = load_template(fake_info())
+    assert not template.supports_tools and template.tool_format == "hermes"
+    history: list[dict[str, Any]] = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]
+    text = template.render(history, [WEATHER_TOOL])
+    assert text.startswith("<|im_start|>system\n# Tools")
+    assert '"name": "get_weather"' in text
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in text
+    assert "<tool_response>\nsunny\n</tool_response>" in text
+    assert text.endswith("<|im_start|>assistant\n")
+
+
+def test_templates_with_tool_support_get_tools_natively() -> None:
+    source = (
+        "{% if tools %}TOOLS:{{ tools | tojson }}{% endif %}{% for m in messages %}{{ m.role }}:"
+        "{% if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ c.function.arguments | tojson }}"
+        "{% endfor %}{% else %}{{ m.content }}{% endif %};{% endfor %}"
+    )
+    template = load_template(fake_info(chat_template=source))
+    assert template.supports_tools and template.tool_format == "hermes"
+    text = template.render([{"role": "user", "content": "é"}], [WEATHER_TOOL])
+    assert text.startswith('TOOLS:[{"type": "function"') and "user:é;" in text
