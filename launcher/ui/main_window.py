@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
@@ -31,11 +32,14 @@ from launcher.ui import theme, workers
 from launcher.ui.metrics import LiveSample
 from launcher.ui.metrics_poller import MetricsPoller
 from launcher.ui.model_rows import ModelRow, prediction_for
+from launcher.ui.panels.agents import AgentsPanel
+from launcher.ui.panels.chat import ChatPanel
 from launcher.ui.panels.gauges import GaugesPanel
 from launcher.ui.panels.logs import LogsPanel
 from launcher.ui.panels.machine import MachinePanel
 from launcher.ui.panels.models import ModelsPanel
 from launcher.ui.panels.server import ServerPanel
+from launcher.ui.panels.settings import SettingsPanel
 from launcher.ui.server_process import ServerEndpoint, ServerOutcome, ServerProcess
 
 log = logging.getLogger(__name__)
@@ -63,6 +67,7 @@ class MainWindow(QMainWindow):
         this_machine: bool | None = None,
         probe: Callable[[], Machine] = _default_probe,
         save_settings: bool = True,
+        home: Path | None = None,
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
@@ -92,6 +97,10 @@ class MainWindow(QMainWindow):
         self.server_panel.load_config(self.settings.serve)
         self.gauges = GaugesPanel()
         self.logs_page = LogsPanel()
+        self.agents_page = AgentsPanel(home=home)
+        self.chat_page = ChatPanel()
+        self.settings_page = SettingsPanel(self.settings, persist=save_settings)
+        self.settings_page.saved.connect(lambda _settings: self.models_page.refresh())
 
         self.pages = QStackedWidget()
         self.nav = QListWidget()
@@ -101,8 +110,11 @@ class MainWindow(QMainWindow):
         self._page_index: dict[str, int] = {}
         self.add_page("models", "Models", self.models_page)
         self.add_page("server", "Server", self._server_page())
+        self.add_page("agents", "Connect an agent", self.agents_page)
+        self.add_page("chat", "Chat", self.chat_page)
         self.add_page("machine", "This machine", self.machine_page)
-        self.add_page("logs", "Logs", self.logs_page)
+        self.add_page("logs", "Server log", self.logs_page)
+        self.add_page("settings", "Settings", self.settings_page)
 
         sidebar = QWidget()
         sidebar.setObjectName("Sidebar")
@@ -234,6 +246,8 @@ class MainWindow(QMainWindow):
         else:
             self.gauges.set_prediction(None)
         self._stop_poller()
+        self.chat_page.set_endpoint(endpoint)
+        self.agents_page.set_endpoint(endpoint)
         self.poller = MetricsPoller(endpoint.url, endpoint.pid, api_key=endpoint.api_key, parent=self)
         self.poller.sample.connect(self._sample)
         self.poller.start()
@@ -243,6 +257,8 @@ class MainWindow(QMainWindow):
 
     def _server_finished(self, outcome: ServerOutcome) -> None:
         self._stop_poller()
+        self.chat_page.set_endpoint(None)
+        self.agents_page.set_endpoint(None)
         self.status_label.setText(str(outcome).splitlines()[0])
 
     def _stop_poller(self) -> None:
@@ -279,6 +295,7 @@ class MainWindow(QMainWindow):
         self._shut_down = True
         self._stop_poller()
         self.models_page.shutdown()
+        self.chat_page.shutdown()
         self.server.stop_and_wait()
         workers.pool().waitForDone(5000)
         self._persist()
@@ -287,7 +304,9 @@ class MainWindow(QMainWindow):
         if not self._save_settings:
             return
         self._remember_geometry()
-        self.settings.serve = self.server_panel.config().model_copy(update={"model": ""})
+        serve = self.server_panel.config()
+        self.settings.serve = serve.model_copy(update={"model": ""})
+        self.settings.allow_network = not serve.is_loopback
         try:
             settings_store.save(self.settings)
         except (OSError, LauncherError) as err:

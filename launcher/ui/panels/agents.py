@@ -1,0 +1,288 @@
+"""Connect an agent: for Claude Code, Codex CLI, OpenCode, Aider, Continue and Cline, the exact settings
+for the running endpoint with copy buttons, a config-file writer (backup first) and a live "Test".
+
+Everything agent-specific comes from `launcher.integrations` (Qt-free); this page only shows it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QGuiApplication
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QMessageBox,
+    QPlainTextEdit,
+    QPushButton,
+    QScrollArea,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from launcher.integrations import (
+    AGENTS,
+    SHELLS,
+    AgentSetup,
+    ConfigEdit,
+    EditResult,
+    Endpoint,
+    LiveTestReport,
+    apply_edit,
+    plan_edit,
+    run_live_test,
+)
+from launcher.ui import theme, workers
+from launcher.ui.server_process import ServerEndpoint
+from launcher.ui.widgets.card import Card, CopyField, muted
+
+STATUS_STYLE = {
+    "pass": ("✔ pass", theme.GOOD),
+    "fail": ("✖ fail", theme.BAD),
+    "warn": ("! warn", theme.WARN),
+    "skip": ("– skip", theme.MUTED),
+}
+
+
+def endpoint_for(server: ServerEndpoint) -> Endpoint:
+    """The integrations' Endpoint for a running server."""
+    return Endpoint(server.base_url, server.api_key, server.model, server.context_length or None)
+
+
+def _code_box(text: str) -> QPlainTextEdit:
+    box = QPlainTextEdit(text)
+    box.setReadOnly(True)
+    box.setFont(theme.monospace_font())
+    box.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+    lines = max(2, min(12, text.count("\n") + 2))
+    box.setFixedHeight(box.fontMetrics().lineSpacing() * lines + 12)
+    return box
+
+
+def _copy_button(text_source, label: str = "Copy") -> QPushButton:  # type: ignore[no-untyped-def]
+    button = QPushButton(label)
+    button.clicked.connect(lambda: QGuiApplication.clipboard().setText(text_source()))
+    return button
+
+
+class AgentsPanel(QWidget):
+    """Agent list on the left; the selected agent's settings, writer and test on the right."""
+
+    config_written = Signal(object)  # EditResult
+    test_finished = Signal(object)  # LiveTestReport
+
+    def __init__(self, parent: QWidget | None = None, *, home: Path | None = None) -> None:
+        super().__init__(parent)
+        self.home = home or Path.home()
+        self.endpoint: Endpoint | None = None
+        self.setup: AgentSetup | None = None
+        self._testing = False
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(20, 16, 20, 16)
+        title = QLabel("Connect a coding agent")
+        title.setObjectName("PageTitle")
+        self.info = muted("Start the server first: the settings below are for the running endpoint.")
+        layout.addWidget(title)
+        layout.addWidget(self.info)
+        row = QHBoxLayout()
+        self.agent_list = QListWidget()
+        self.agent_list.setAccessibleName("Agents")
+        for agent in AGENTS.values():
+            self.agent_list.addItem(agent.name)
+        self.agent_list.setFixedWidth(self.fontMetrics().horizontalAdvance("M") * 11)
+        self.agent_list.currentRowChanged.connect(self._render)
+        row.addWidget(self.agent_list, 0, Qt.AlignmentFlag.AlignTop)
+        self._scroll = QScrollArea()
+        self._scroll.setWidgetResizable(True)
+        self._scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        row.addWidget(self._scroll, 1)
+        layout.addLayout(row, 1)
+        self.detail: QWidget | None = None
+        self.write_buttons: list[QPushButton] = []
+        self.test_button: QPushButton | None = None
+        self.results: QTreeWidget | None = None
+        self.status: QLabel | None = None
+        self.agent_list.setCurrentRow(0)
+
+    # -- public ----------------------------------------------------------------------------
+    def set_endpoint(self, server: ServerEndpoint | None) -> None:
+        """Render the settings for this server (None: not running)."""
+        self.endpoint = endpoint_for(server) if server is not None else None
+        self.info.setText(
+            f"Settings for {server.model} at {server.base_url}."
+            if server
+            else "Start the server first: the settings below are for the running endpoint."
+        )
+        self._render(self.agent_list.currentRow())
+
+    def select_agent(self, agent_id: str) -> None:
+        """Show one agent by id ("claude-code", "codex", ...)."""
+        self.agent_list.setCurrentRow(list(AGENTS).index(agent_id))
+
+    @property
+    def agent_id(self) -> str:
+        """The agent shown."""
+        return list(AGENTS)[max(0, self.agent_list.currentRow())]
+
+    # -- rendering -------------------------------------------------------------------------
+    def _render(self, index: int) -> None:
+        if index < 0:
+            return
+        agent = AGENTS[list(AGENTS)[index]]
+        content = QWidget()
+        body = QVBoxLayout(content)
+        body.setContentsMargins(4, 0, 4, 0)
+        body.setSpacing(12)
+        head = Card(agent.name)
+        head.body.addWidget(QLabel(agent.summary))
+        link = QLabel(f"<a href='{agent.docs_url}'>{agent.docs_url}</a>")
+        link.setOpenExternalLinks(True)
+        head.body.addWidget(link)
+        body.addWidget(head)
+        self.write_buttons = []
+        self.test_button = None
+        self.results = None
+        if self.endpoint is None:
+            head.body.addWidget(muted(f"Needs at least {agent.min_context:,} tokens of context."))
+            self.setup = None
+        else:
+            self.setup = agent.setup_for(self.endpoint)
+            self._render_setup(body, self.setup)
+        body.addStretch(1)
+        self._scroll.setWidget(content)
+        self.detail = content
+
+    def _render_setup(self, body: QVBoxLayout, setup: AgentSetup) -> None:
+        if setup.warnings:
+            warn = Card("Before you start")
+            for text in setup.warnings:
+                label = QLabel(f"⚠ {text}")
+                label.setWordWrap(True)
+                label.setStyleSheet(f"color: {theme.WARN};")
+                warn.body.addWidget(label)
+            body.addWidget(warn)
+        fields = Card("Settings")
+        for field in setup.fields:
+            fields.body.addWidget(muted(field.label, wrap=False))
+            fields.body.addWidget(CopyField(field.value))
+        for note in setup.notes:
+            fields.body.addWidget(muted(note))
+        body.addWidget(fields)
+        if setup.env or setup.command:
+            env = Card("Environment")
+            shell = QComboBox()
+            shell.addItems(list(SHELLS))
+            snippet = _code_box(setup.shell_snippet("bash"))
+            shell.currentTextChanged.connect(lambda name: snippet.setPlainText(setup.shell_snippet(name)))
+            top = QHBoxLayout()
+            top.addWidget(muted("Shell", wrap=False))
+            top.addWidget(shell)
+            top.addStretch(1)
+            top.addWidget(_copy_button(snippet.toPlainText))
+            env.body.addLayout(top)
+            env.body.addWidget(snippet)
+            body.addWidget(env)
+        for edit in setup.config_edits:
+            body.addWidget(self._edit_card(edit))
+        test = Card("Test the connection")
+        test.body.addWidget(muted("Makes real calls the way this agent does: streaming text and a tool call."))
+        self.test_button = QPushButton("Test")
+        self.test_button.setObjectName("Primary")
+        self.test_button.clicked.connect(self.run_test)
+        self.test_button.setEnabled(not self._testing)
+        test.body.addWidget(self.test_button, 0, Qt.AlignmentFlag.AlignLeft)
+        self.results = QTreeWidget()
+        self.results.setHeaderLabels(["Check", "Result", "Details"])
+        self.results.setRootIsDecorated(False)
+        self.results.setMinimumHeight(self.fontMetrics().height() * 12)
+        self.results.hide()
+        test.body.addWidget(self.results)
+        body.addWidget(test)
+
+    def _edit_card(self, edit: ConfigEdit) -> Card:
+        path = edit.path(self.home)
+        card = Card(f"Config file: ~/{edit.relative_path}")
+        if edit.description:
+            card.body.addWidget(muted(edit.description))
+        preview = _code_box(edit.fragment_text())
+        card.body.addWidget(preview)
+        row = QHBoxLayout()
+        row.addWidget(_copy_button(preview.toPlainText))
+        write = QPushButton(f"Write to {path.name}")
+        write.setToolTip(f"Merges these settings into {path}; the old file is kept as a .bak copy first.")
+        write.clicked.connect(lambda: self.write_config(edit))
+        self.write_buttons.append(write)
+        row.addWidget(write)
+        row.addStretch(1)
+        card.body.addLayout(row)
+        self.status = muted()
+        card.body.addWidget(self.status)
+        return card
+
+    # -- actions ---------------------------------------------------------------------------
+    def write_config(self, edit: ConfigEdit, *, confirm: bool = True) -> EditResult | None:
+        """Show the change, ask, then merge into the agent's config file (backup first)."""
+        plan = plan_edit(edit, home=self.home)
+        if not plan.changed:
+            if self.status:
+                self.status.setText(f"{plan.path} already has these settings.")
+            return None
+        if confirm:
+            answer = QMessageBox.question(
+                self,
+                "Write agent settings",
+                f"Update {plan.path}?\n\n{plan.diff[:3000]}",
+                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+            )
+            if answer != QMessageBox.StandardButton.Yes:
+                return None
+        result = apply_edit(edit, home=self.home)
+        if self.status:
+            self.status.setText(str(result))
+        self.config_written.emit(result)
+        return result
+
+    def run_test(self) -> None:
+        """Run the live test for the shown agent in the background."""
+        if self.endpoint is None or self._testing:
+            return
+        self._testing = True
+        if self.test_button:
+            self.test_button.setEnabled(False)
+            self.test_button.setText("Testing…")
+        workers.run_in_background(
+            run_live_test, self.endpoint, AGENTS[self.agent_id], on_done=self._test_done, on_failed=self._test_failed
+        )
+
+    def _test_done(self, report: LiveTestReport) -> None:
+        self._testing = False
+        self.test_finished.emit(report)
+        if report.agent_id != self.agent_id:
+            return  # the user moved on to another agent meanwhile
+        if self.test_button is not None:
+            self.test_button.setEnabled(True)
+            self.test_button.setText("Test again")
+        if self.results is not None:
+            self.results.clear()
+            for check in report.checks:
+                label, colour = STATUS_STYLE.get(check.status, (check.status, theme.MUTED))
+                item = QTreeWidgetItem([check.title, label, check.message])
+                item.setForeground(1, QBrush(QColor(colour)))
+                item.setToolTip(2, check.message)
+                self.results.addTopLevelItem(item)
+            self.results.resizeColumnToContents(0)
+            self.results.resizeColumnToContents(1)
+            self.results.show()
+
+    def _test_failed(self, message: str) -> None:
+        self._testing = False
+        if self.test_button is not None:
+            self.test_button.setEnabled(True)
+            self.test_button.setText("Test")
+        if self.status is not None:
+            self.status.setText(message)
