@@ -28,24 +28,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags for `launcher connect`."""
     parser.add_argument("agent", nargs="?", help="claude-code, codex, opencode, aider, continue or cline")
     parser.add_argument("--list", action="store_true", help="list the agents the launcher can connect")
-    parser.add_argument(
-        "--base-url", help="OpenAI-style base URL (default: the local server on the default port)"
-    )
+    parser.add_argument("--base-url", help="OpenAI-style base URL (default: the local server on the default port)")
     parser.add_argument("--api-key", help="the server's API key (default: $LAUNCHER_API_KEY, else none)")
     parser.add_argument("--model", help="model id (default: the first model the server lists)")
-    parser.add_argument(
-        "--context", type=int, help="the server's context length (default: what the server reports)"
-    )
+    parser.add_argument("--context", type=int, help="the server's context length (default: what the server reports)")
     parser.add_argument("--shell", choices=SHELL_CHOICES, help="shell for the env snippet (default: guessed)")
-    parser.add_argument(
-        "--write", action="store_true", help="write the agent's config file (old one backed up)"
-    )
-    parser.add_argument(
-        "--dry-run", action="store_true", help="show the diff --write would apply, write nothing"
-    )
-    parser.add_argument(
-        "--test", action="store_true", help="make a real call the way the agent does and report"
-    )
+    parser.add_argument("--write", action="store_true", help="write the agent's config file (old one backed up)")
+    parser.add_argument("--dry-run", action="store_true", help="show the diff --write would apply, write nothing")
+    parser.add_argument("--test", action="store_true", help="make a real call the way the agent does and report")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
 
@@ -127,9 +117,7 @@ def _write(setup: AgentSetup, *, dry_run: bool, as_json: bool) -> int:
     from launcher.integrations.writer import apply_edit
 
     if not setup.has_writer:
-        print(
-            f"\n{setup.agent_name} has no config file the launcher can write; enter the values above instead."
-        )
+        print(f"\n{setup.agent_name} has no config file the launcher can write; enter the values above instead.")
         return 1
     results = [apply_edit(edit, home=Path.home(), dry_run=dry_run) for edit in setup.config_edits]
     for result in results:

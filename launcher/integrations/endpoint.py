@@ -109,9 +109,7 @@ def discover_endpoint(
         )
         raise ServerError(f"no server answered at {url} ({type(err).__name__}): {hint}") from err
     if response.status_code in (401, 403):
-        raise ServerError(
-            f"the server at {url} refused the API key (HTTP {response.status_code}): pass --api-key"
-        )
+        raise ServerError(f"the server at {url} refused the API key (HTTP {response.status_code}): pass --api-key")
     if response.status_code != 200:
         raise ServerError(
             f"GET {url}/models returned HTTP {response.status_code}; is this an OpenAI-compatible server?"
@@ -119,9 +117,7 @@ def discover_endpoint(
     try:
         entries = [e for e in response.json().get("data", []) if isinstance(e, dict) and e.get("id")]
     except ValueError as err:
-        raise ServerError(
-            f"GET {url}/models did not return JSON; is this an OpenAI-compatible server?"
-        ) from err
+        raise ServerError(f"GET {url}/models did not return JSON; is this an OpenAI-compatible server?") from err
     if not entries:
         raise ServerError(f"the server at {url} lists no models")
     chosen = entries[0]

@@ -28,9 +28,14 @@ def check_messages(endpoint: Endpoint, report: LiveTestReport, *, timeout: float
     import anthropic
 
     # auth_token is what ANTHROPIC_AUTH_TOKEN sets in Claude Code: `Authorization: Bearer`.
-    client = anthropic.Anthropic(
+    with anthropic.Anthropic(
         base_url=endpoint.root_url, auth_token=endpoint.key_or_placeholder, timeout=timeout, max_retries=0
-    )
+    ) as client:  # closing it releases the sockets of every request
+        _stream_round(client, endpoint, report, max_tokens=max_tokens)
+        _tool_round(client, endpoint, report)
+
+
+def _stream_round(client: Any, endpoint: Endpoint, report: LiveTestReport, *, max_tokens: int) -> None:
     try:
         pieces: list[str] = []
         events = 0
@@ -54,16 +59,13 @@ def check_messages(endpoint: Endpoint, report: LiveTestReport, *, timeout: float
         report.add("usage", "skip", "no stream to read usage from")
     else:
         if pieces:
-            report.add(
-                "stream", "pass", f"{len(pieces)} text deltas in {events} events: {''.join(pieces)[:60]!r}"
-            )
+            report.add("stream", "pass", f"{len(pieces)} text deltas in {events} events: {''.join(pieces)[:60]!r}")
         else:
             report.add("stream", "warn", f"the stream arrived ({events} events) but held no text")
         if output_tokens is not None:
             report.add("usage", "pass", f"{input_tokens} input + {output_tokens} output tokens reported")
         else:
             report.add("usage", "fail", "no usage in message_delta; Claude Code cannot track its context")
-    _tool_round(client, endpoint, report)
 
 
 def _tool_round(client: Any, endpoint: Endpoint, report: LiveTestReport) -> None:
@@ -85,18 +87,12 @@ def _tool_round(client: Any, endpoint: Endpoint, report: LiveTestReport) -> None
     tool_use = next((block for block in final.content if block.type == "tool_use"), None)
     if tool_use is None:
         text = "".join(block.text for block in final.content if block.type == "text")
-        detail = (
-            f"the model answered in plain text instead: {text[:80]!r}"
-            if text.strip()
-            else "no tool_use block"
-        )
+        detail = f"the model answered in plain text instead: {text[:80]!r}" if text.strip() else "no tool_use block"
         report.add("tool_call", "fail", f"{detail} (tool_choice required a tool)")
         report.add("tool_history", "skip", "no tool_use to answer")
         return
     if tool_use.name != TOOL_NAME or not isinstance(tool_use.input, dict):
-        report.add(
-            "tool_call", "fail", f"unexpected tool_use {tool_use.name!r} with input {tool_use.input!r}"
-        )
+        report.add("tool_call", "fail", f"unexpected tool_use {tool_use.name!r} with input {tool_use.input!r}")
         report.add("tool_history", "skip", "no usable tool_use to answer")
         return
     report.add("tool_call", "pass", f"{TOOL_NAME}({json.dumps(tool_use.input)})")

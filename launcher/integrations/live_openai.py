@@ -44,7 +44,12 @@ def check_chat(
     endpoint: Endpoint, report: LiveTestReport, *, timeout: float, max_tokens: int, needs_tools: bool
 ) -> None:
     """Streaming text + usage, then a required tool call and its result, over /v1/chat/completions."""
-    client = _client(endpoint, timeout)
+    with _client(endpoint, timeout) as client:  # closing it releases the sockets of every request
+        _chat_stream(client, endpoint, report, max_tokens=max_tokens)
+        _chat_tool_round(client, endpoint, report, needs_tools=needs_tools)
+
+
+def _chat_stream(client: Any, endpoint: Endpoint, report: LiveTestReport, *, max_tokens: int) -> None:
     try:
         pieces: list[str] = []
         chunks = 0
@@ -82,7 +87,6 @@ def check_chat(
                 "fail",
                 "no usage chunk although stream_options.include_usage was set; agents show 0 tokens",
             )
-    _chat_tool_round(client, endpoint, report, timeout=timeout, needs_tools=needs_tools)
 
 
 def _record_stream(report: LiveTestReport, chunks: int, pieces: list[str], finish: str | None) -> None:
@@ -90,16 +94,12 @@ def _record_stream(report: LiveTestReport, chunks: int, pieces: list[str], finis
     if pieces:
         report.add("stream", "pass", f"{len(pieces)} text deltas in {chunks} chunks: {text[:60]!r}")
     elif chunks:
-        report.add(
-            "stream", "warn", f"the stream arrived ({chunks} chunks) but held no text (finish: {finish})"
-        )
+        report.add("stream", "warn", f"the stream arrived ({chunks} chunks) but held no text (finish: {finish})")
     else:
         report.add("stream", "fail", "the stream ended without a single chunk")
 
 
-def _chat_tool_round(
-    client: Any, endpoint: Endpoint, report: LiveTestReport, *, timeout: float, needs_tools: bool
-) -> None:
+def _chat_tool_round(client: Any, endpoint: Endpoint, report: LiveTestReport, *, needs_tools: bool) -> None:
     bad = _tool_failure(needs_tools)
     tools = [
         {
@@ -153,9 +153,7 @@ def _chat_tool_round(
         {"role": "tool", "tool_call_id": call["id"], "content": TOOL_RESULT},
     ]
     try:
-        answer = client.chat.completions.create(
-            model=endpoint.model_id, messages=messages, tools=tools, max_tokens=32
-        )
+        answer = client.chat.completions.create(model=endpoint.model_id, messages=messages, tools=tools, max_tokens=32)
         reply = answer.choices[0].message if answer.choices else None
     except Exception as err:
         report.add(
@@ -170,9 +168,7 @@ def _chat_tool_round(
         report.add("tool_history", "pass", "the server accepted the tool result and answered")
 
 
-def _record_tool_call(
-    report: LiveTestReport, bad: CheckStatus, call: dict[str, str] | None, text: str
-) -> bool:
+def _record_tool_call(report: LiveTestReport, bad: CheckStatus, call: dict[str, str] | None, text: str) -> bool:
     """Add the tool_call check; True when the call is usable for the history round."""
     if call is None:
         if text.strip():
@@ -206,7 +202,12 @@ def check_responses(
     endpoint: Endpoint, report: LiveTestReport, *, timeout: float, max_tokens: int, needs_tools: bool
 ) -> None:
     """Streaming text + usage, then a required function call and its output, over /v1/responses."""
-    client = _client(endpoint, timeout)
+    with _client(endpoint, timeout) as client:
+        _responses_stream(client, endpoint, report, max_tokens=max_tokens)
+        _responses_tool_round(client, endpoint, report, needs_tools=needs_tools)
+
+
+def _responses_stream(client: Any, endpoint: Endpoint, report: LiveTestReport, *, max_tokens: int) -> None:
     try:
         pieces: list[str] = []
         events = 0
@@ -228,19 +229,12 @@ def check_responses(
     else:
         _record_stream(report, events, pieces, status)
         if usage is not None:
-            report.add(
-                "usage", "pass", f"{usage.input_tokens} input + {usage.output_tokens} output tokens reported"
-            )
+            report.add("usage", "pass", f"{usage.input_tokens} input + {usage.output_tokens} output tokens reported")
         else:
-            report.add(
-                "usage", "fail", "no response.completed event with usage; Codex cannot track its context"
-            )
-    _responses_tool_round(client, endpoint, report, needs_tools=needs_tools)
+            report.add("usage", "fail", "no response.completed event with usage; Codex cannot track its context")
 
 
-def _responses_tool_round(
-    client: Any, endpoint: Endpoint, report: LiveTestReport, *, needs_tools: bool
-) -> None:
+def _responses_tool_round(client: Any, endpoint: Endpoint, report: LiveTestReport, *, needs_tools: bool) -> None:
     bad = _tool_failure(needs_tools)
     tools = [
         {
@@ -265,11 +259,7 @@ def _responses_tool_round(
         for event in stream:
             if event.type == "response.output_text.delta":
                 text.append(event.delta)
-            elif (
-                event.type == "response.output_item.done"
-                and event.item.type == "function_call"
-                and call is None
-            ):
+            elif event.type == "response.output_item.done" and event.item.type == "function_call" and call is None:
                 item = event.item
                 call = {"id": item.call_id, "name": item.name, "arguments": item.arguments}
     except Exception as err:
@@ -293,8 +283,6 @@ def _responses_tool_round(
     try:
         client.responses.create(model=endpoint.model_id, input=history, tools=tools, max_output_tokens=32)
     except Exception as err:
-        report.add(
-            "tool_history", bad, f"the server rejected a function call and its output: {describe_error(err)}"
-        )
+        report.add("tool_history", bad, f"the server rejected a function call and its output: {describe_error(err)}")
         return
     report.add("tool_history", "pass", "the server accepted the function output and answered")

@@ -118,8 +118,7 @@ class LiveTestReport:
             "ok": self.ok,
             "summary": self.summary,
             "checks": [
-                {"name": c.name, "title": c.title, "status": c.status, "message": c.message}
-                for c in self.checks
+                {"name": c.name, "title": c.title, "status": c.status, "message": c.message} for c in self.checks
             ],
         }
 
@@ -134,7 +133,7 @@ def describe_error(err: BaseException) -> str:
     if "Timeout" in name:
         return "the server did not answer in time"
     if "Connection" in name:
-        return "lost the connection to the server"
+        return "the server dropped the connection mid-request (a server-side error: see the server's log)"
     text = str(err).strip() or name
     return text if len(text) <= 300 else text[:297] + "..."
 

@@ -19,9 +19,7 @@ from launcher.integrations.live_report import Check, LiveTestReport, describe_er
 __all__ = ["Check", "LiveTestReport", "run_live_test"]
 
 
-def run_live_test(
-    endpoint: Endpoint, agent: Agent, *, timeout: float = 60.0, max_tokens: int = 24
-) -> LiveTestReport:
+def run_live_test(endpoint: Endpoint, agent: Agent, *, timeout: float = 60.0, max_tokens: int = 24) -> LiveTestReport:
     """Run every check against `endpoint` the way `agent` would call it; never raises for server failures."""
     report = LiveTestReport(agent.id, agent.name, endpoint.base_url, endpoint.model_id)
     entry = _check_connection(endpoint, report, timeout=min(timeout, 10.0))
@@ -35,9 +33,7 @@ def run_live_test(
     elif agent.wire_api == "openai-responses":
         from launcher.integrations.live_openai import check_responses
 
-        check_responses(
-            endpoint, report, timeout=timeout, max_tokens=max_tokens, needs_tools=agent.needs_tools
-        )
+        check_responses(endpoint, report, timeout=timeout, max_tokens=max_tokens, needs_tools=agent.needs_tools)
     else:
         from launcher.integrations.live_openai import check_chat
 
@@ -54,16 +50,11 @@ def _check_connection(endpoint: Endpoint, report: LiveTestReport, *, timeout: fl
     try:
         response = httpx.get(url, headers=headers, timeout=timeout)
     except httpx.HTTPError as err:
-        reason = (
-            "the server did not answer in time"
-            if isinstance(err, httpx.TimeoutException)
-            else "cannot connect"
-        )
+        reason = "the server did not answer in time" if isinstance(err, httpx.TimeoutException) else "cannot connect"
         report.add(
             "connect",
             "fail",
-            f"{reason} to {endpoint.base_url}: is the server running? "
-            "Start it with `launcher serve` or from the app.",
+            f"{reason} to {endpoint.base_url}: is the server running? Start it with `launcher serve` or from the app.",
         )
         report.skip_rest("the server is not reachable")
         return None
@@ -75,9 +66,7 @@ def _check_connection(endpoint: Endpoint, report: LiveTestReport, *, timeout: fl
         return None
     if response.status_code != 200:
         report.add("auth", "pass", "no authentication error")
-        report.add(
-            "model", "fail", f"GET /v1/models returned HTTP {response.status_code}: {response.text[:120]}"
-        )
+        report.add("model", "fail", f"GET /v1/models returned HTTP {response.status_code}: {response.text[:120]}")
         report.skip_rest("the server does not list models")
         return None
     report.add("auth", "pass", "key accepted" if endpoint.api_key else "the server needs no key")
@@ -90,9 +79,7 @@ def _check_connection(endpoint: Endpoint, report: LiveTestReport, *, timeout: fl
     ids = [str(e.get("id")) for e in entries]
     entry = next((e for e in entries if e.get("id") == endpoint.model_id), None)
     if entry is None:
-        report.add(
-            "model", "fail", f"{endpoint.model_id!r} is not served here; the server lists {ids or 'nothing'}"
-        )
+        report.add("model", "fail", f"{endpoint.model_id!r} is not served here; the server lists {ids or 'nothing'}")
         report.skip_rest("the model is not served")
         return None
     report.add("model", "pass", f"{endpoint.model_id!r} is served")

@@ -90,9 +90,7 @@ def parse_document(text: str, fmt: ConfigFormat, path: Path) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(
-            f"{path} does not hold a {fmt.upper()} object at the top level; nothing was changed."
-        )
+        raise ConfigError(f"{path} does not hold a {fmt.upper()} object at the top level; nothing was changed.")
     return data
 
 
@@ -191,9 +189,7 @@ def atomic_write_text(path: Path, text: str, mode: int | None = None) -> None:
         raise
 
 
-def apply_edit(
-    edit: ConfigEdit, *, home: Path, dry_run: bool = False, now: datetime | None = None
-) -> EditResult:
+def apply_edit(edit: ConfigEdit, *, home: Path, dry_run: bool = False, now: datetime | None = None) -> EditResult:
     """Merge the edit into the file under `home`: backup, then atomic replace. `dry_run` writes nothing."""
     plan = plan_edit(edit, home=home)
     if dry_run or not plan.changed:
@@ -207,7 +203,5 @@ def apply_edit(
             mode = plan.path.stat().st_mode & 0o7777
         atomic_write_text(plan.path, plan.new_text, mode)
     except OSError as err:
-        raise ConfigError(
-            f"cannot write {plan.path} ({err.strerror or err}); the old file is unchanged."
-        ) from err
+        raise ConfigError(f"cannot write {plan.path} ({err.strerror or err}); the old file is unchanged.") from err
     return EditResult(path=plan.path, backup=backup, written=True, diff=plan.diff)

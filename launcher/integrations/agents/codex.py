@@ -69,8 +69,7 @@ def build(endpoint: Endpoint) -> AgentSetup:
         warnings=tuple(warnings),
         notes=(
             "If CODEX_HOME is set, the file is $CODEX_HOME/config.toml instead of ~/.codex/config.toml.",
-            "With the provider written, switch per run: "
-            f"codex -c model_provider={PROVIDER_ID} -m {endpoint.model_id}",
+            f"With the provider written, switch per run: codex -c model_provider={PROVIDER_ID} -m {endpoint.model_id}",
         ),
     )
 
