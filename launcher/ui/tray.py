@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication, QMenu, QSystemTrayIcon
 
@@ -12,9 +14,10 @@ from launcher.ui.main_window import MainWindow
 class Tray(QSystemTrayIcon):
     """Tray icon with Show / Start-Stop / Quit. Only created where a tray exists."""
 
-    def __init__(self, window: MainWindow) -> None:
+    def __init__(self, window: MainWindow, *, quit_app: Callable[[], None] = QApplication.quit) -> None:
         super().__init__(theme.app_icon(), window)
         self.window = window
+        self._quit_app = quit_app
         self._told = False
         menu = QMenu()
         self.show_action = QAction("Show Launcher", menu)
@@ -33,7 +36,6 @@ class Tray(QSystemTrayIcon):
         self.activated.connect(self._activated)
         window.server.state_changed.connect(self._state_changed)
         window.quit_on_close = False
-        window.server_panel  # noqa: B018 - the panel exists before the tray hooks in
         self._state_changed(window.server.state)
 
     def show_window(self) -> None:
@@ -57,9 +59,6 @@ class Tray(QSystemTrayIcon):
         endpoint = self.window.server.endpoint
         text = f"serving at {endpoint.base_url}" if endpoint and state == "ready" else f"server {state}"
         self.setToolTip(f"Launcher: {text}")
-        if state == "stopped" and not self.window.isVisible():
-            # Nothing left to keep running in the background.
-            pass
 
     def note_hidden(self) -> None:
         """Tell the user once that the server keeps running in the tray."""
@@ -71,4 +70,4 @@ class Tray(QSystemTrayIcon):
         """Stop everything and leave."""
         self.window.shutdown()
         self.hide()
-        QApplication.quit()
+        self._quit_app()
