@@ -107,8 +107,10 @@ def _print_setup(setup: AgentSetup, shell: Shell) -> None:
         print("\n## Enter in the agent's settings")
         for field in setup.fields:
             print(f"  {field.label}: {field.value}")
+    if setup.warnings or setup.notes:
+        print()
     for warning in setup.warnings:
-        print(f"\nwarning: {warning}")
+        print(f"warning: {warning}")
     for note in setup.notes:
         print(f"note: {note}")
 

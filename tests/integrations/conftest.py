@@ -72,9 +72,9 @@ def _wait_for_ready(proc: subprocess.Popen[str], stderr_path: Path) -> dict[str,
     raise RuntimeError(f"launcher serve did not become ready; stderr:\n{stderr_path.read_text()[-3000:]}")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def live_server(tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """`launcher serve TINY --port 0 --api-key ...` in a subprocess; stopped after the module."""
+    """`launcher serve TINY --port 0 --api-key ...` in a subprocess, shared by the session, then stopped."""
     home = tmp_path_factory.mktemp("serve-home")
     stderr_path = home / "serve.stderr"
     env = {**os.environ, "LAUNCHER_HOME": str(home / "launcher"), "HF_HOME": str(home / "hf")}
