@@ -34,6 +34,10 @@ class ConfigEdit:
     defaults: dict[str, Any] = field(default_factory=dict)
     keyed_lists: dict[str, str] = field(default_factory=dict)
     description: str = ""
+    # Files (relative to home) the agent stops reading once this one exists: creating ours next to
+    # one of them would silently drop the user's settings, so the writer refuses instead.
+    shadows: tuple[str, ...] = ()
+    migration_hint: str = ""
 
     def path(self, home: Path) -> Path:
         """The file's location under `home` (the user's home directory in real use)."""

@@ -149,6 +149,13 @@ def plan_edit(edit: ConfigEdit, *, home: Path) -> EditPlan:
     path = edit.path(home)
     old_text: str | None = None
     existing: dict[str, Any] = {}
+    if not path.exists():
+        for relative in edit.shadows:
+            if (home / relative).exists():
+                raise ConfigError(
+                    f"{home / relative} exists and would stop being read once {path.name} is created. "
+                    f"{edit.migration_hint or 'Move its settings over first.'} Nothing was changed."
+                )
     if path.exists():
         if not path.is_file():
             raise ConfigError(f"{path} exists but is not a file; nothing was changed.")

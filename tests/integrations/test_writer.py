@@ -171,3 +171,16 @@ def test_backup_names_never_collide(tmp_path: Path) -> None:
     first = backup_path_for(path, NOON)
     first.write_text("x")
     assert backup_path_for(path, NOON).name == "config.toml.20261129-120000-1.bak"
+
+
+def test_continue_refuses_to_hide_an_existing_config_json(tmp_path: Path) -> None:
+    # Continue loads config.yaml *instead of* config.json: creating it would drop the user's settings.
+    legacy = tmp_path / ".continue" / "config.json"
+    legacy.parent.mkdir()
+    legacy.write_text('{"models": []}')
+    with pytest.raises(ConfigError, match=r"config\.json exists .*yaml-migration.*Nothing was changed"):
+        apply_edit(edit_for("continue"), home=tmp_path)
+    assert not (tmp_path / ".continue" / "config.yaml").exists()
+    # Once the user has migrated (config.yaml exists), the writer merges into it as usual.
+    (tmp_path / ".continue" / "config.yaml").write_text("name: Mine\nversion: 1.0.0\nschema: v1\n")
+    assert apply_edit(edit_for("continue"), home=tmp_path).written

@@ -57,6 +57,12 @@ def build(endpoint: Endpoint) -> AgentSetup:
                 defaults={"name": "Local config", "version": "1.0.0", "schema": "v1"},
                 keyed_lists={"models": "name"},
                 description="Continue's local config: one model entry (others are kept)",
+                # https://docs.continue.dev/yaml-migration: config.yaml, when present, replaces config.json.
+                shadows=(".continue/config.json",),
+                migration_hint=(
+                    "Migrate it to config.yaml (https://docs.continue.dev/yaml-migration), "
+                    "or add the model shown above to config.json by hand."
+                ),
             ),
         ),
         fields=(
