@@ -9,6 +9,7 @@ first key), so this is cheap even for large models.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -18,12 +19,20 @@ GGUF_MAGIC = b"GGUF"
 
 # GGUF value types: sizes of the fixed-size ones; 8 = string, 9 = array.
 _FIXED_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-_STRING, _ARRAY = 8, 9
+_UINT32, _STRING, _ARRAY = 4, 8, 9
 _MAX_KEYS_SCANNED = 64
 
 
-def check_gguf_file(path: Path) -> str:
-    """Return the architecture declared by the GGUF at `path`; raise a clear error if it is unusable."""
+@dataclass(frozen=True)
+class GgufHeader:
+    """The two header facts the engine needs before loading."""
+
+    architecture: str
+    file_type: int | None  # general.file_type (0 = all F32, 1 = mostly F16, others quantized)
+
+
+def check_gguf_file(path: Path) -> GgufHeader:
+    """Read the GGUF header at `path`; raise a clear error if the file is missing or unusable."""
     if not path.exists():
         raise ModelNotFoundError(f"Model file not found: {path}. Check the path or pull the model first.")
     if path.is_dir():
@@ -37,7 +46,7 @@ def check_gguf_file(path: Path) -> str:
         raise ModelFormatError(f"{path} looks like a GGUF file but its header is damaged.") from None
 
 
-def _read_architecture(file: BinaryIO, path: Path) -> str:
+def _read_architecture(file: BinaryIO, path: Path) -> GgufHeader:
     magic = file.read(4)
     if magic != GGUF_MAGIC:
         raise ModelFormatError(
@@ -48,15 +57,24 @@ def _read_architecture(file: BinaryIO, path: Path) -> str:
     if version < 2:
         raise ModelFormatError(f"{path.name} uses GGUF version {version}, which llama.cpp no longer reads.")
     _n_tensors, n_kv = struct.unpack("<QQ", file.read(16))
+    architecture: str | None = None
+    file_type: int | None = None
     for _ in range(min(n_kv, _MAX_KEYS_SCANNED)):
         key = _read_string(file)
         (value_type,) = struct.unpack("<I", file.read(4))
         if key == "general.architecture" and value_type == _STRING:
-            return _read_string(file)
-        _skip_value(file, value_type)
-    raise ModelFormatError(
-        f"{path.name} has no general.architecture key; it is not a model llama.cpp can load."
-    )
+            architecture = _read_string(file)
+        elif key == "general.file_type" and value_type == _UINT32:
+            (file_type,) = struct.unpack("<I", file.read(4))
+        elif key.startswith("tokenizer."):
+            break  # the general.* keys come first; the vocabulary arrays are big
+        else:
+            _skip_value(file, value_type)
+        if architecture is not None and file_type is not None:
+            break
+    if architecture is None:
+        raise ModelFormatError(f"{path.name} has no general.architecture key; it is not a model llama.cpp can load.")
+    return GgufHeader(architecture=architecture, file_type=file_type)
 
 
 def _read_string(file: BinaryIO) -> str:

@@ -54,9 +54,7 @@ def compile_constraint(constraint: Constraint) -> str:
                 prop_order={}, allow_fetch=False, dotall=False, raw_pattern=True
             )
             pattern = constraint.pattern
-            anchored = (
-                ("" if pattern.startswith("^") else "^") + pattern + ("" if pattern.endswith("$") else "$")
-            )
+            anchored = ("" if pattern.startswith("^") else "^") + pattern + ("" if pattern.endswith("$") else "$")
             converter.visit({"type": "string", "pattern": anchored}, "")  # type: ignore[no-untyped-call]
             body = converter.format_grammar()  # type: ignore[no-untyped-call]
         except Exception as err:
@@ -81,9 +79,7 @@ def build_sampler(
     """A new sampler chain for one request (free it with llama_sampler_free); raises ConstraintError."""
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
     add = llama_cpp.llama_sampler_chain_add
-    biases = {
-        int(token): float(bias) for token, bias in params.logit_bias.items() if 0 <= int(token) < n_vocab
-    }
+    biases = {int(token): float(bias) for token, bias in params.logit_bias.items() if 0 <= int(token) < n_vocab}
     for token in banned_tokens:
         biases[token] = float("-inf")
     if biases:
@@ -128,9 +124,7 @@ def token_logprob(
     logits_pointer: Any, n_vocab: int, token: int, top_n: int, piece: Callable[[int], str]
 ) -> TokenLogprob:
     """Log-probability of `token` under the model's distribution at this row, with the top-N alternatives."""
-    logits = np.ctypeslib.as_array(
-        ctypes.cast(logits_pointer, ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,)
-    )
+    logits = np.ctypeslib.as_array(ctypes.cast(logits_pointer, ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,))
     peak = float(logits.max())
     log_total = peak + float(np.log(np.exp(logits - peak, dtype=np.float64).sum()))
     top: tuple[tuple[str, float], ...] = ()

@@ -66,9 +66,7 @@ class _Slot:
     step_tokens: int = 0
     n_generated: int = 0
     cached_prompt_tokens: int = 0
-    decoder: codecs.IncrementalDecoder = field(
-        default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace")
-    )
+    decoder: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
 
 
 @dataclass(frozen=True)
@@ -248,9 +246,7 @@ class Scheduler:
                 slot.pending_token = -1
             else:
                 assert slot.job is not None
-                slot.cache[start : start + slot.step_tokens] = slot.job.prompt[
-                    start : start + slot.step_tokens
-                ]
+                slot.cache[start : start + slot.step_tokens] = slot.job.prompt[start : start + slot.step_tokens]
             slot.n_cached = start + slot.step_tokens
         for slot in list(self._running):
             if slot.out_index >= 0:

@@ -17,8 +17,9 @@ from launcher.core.config import ServeConfig
 from launcher.core.errors import EngineError, ModelDoesNotFitError, ModelFormatError
 from launcher.engines.base import Availability, LocalModel, ModelFormat, ModelInfo
 from launcher.engines.llamacpp import _native
+from launcher.engines.llamacpp._cpu_probe import extra_buffer_types_usable
 from launcher.engines.llamacpp._embedding import Embedder
-from launcher.engines.llamacpp._gguf_header import check_gguf_file
+from launcher.engines.llamacpp._gguf_header import GgufHeader, check_gguf_file
 from launcher.engines.llamacpp.model import LlamaCppModel, RuntimeSettings
 from launcher.hardware.machine import Machine
 
@@ -30,6 +31,7 @@ _ALL_LAYERS = 999
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml_type ids
 _KV_BYTES_PER_ELEMENT = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
 _FLASH_ATTN_ENABLED = 1
+_UNQUANTIZED_FILE_TYPES = (0, 1, 32)  # all F32, mostly F16, mostly BF16
 
 
 class LlamaCppEngine:
@@ -58,9 +60,10 @@ class LlamaCppEngine:
     def load(self, model: LocalModel, config: ServeConfig) -> LlamaCppModel:
         """Load the GGUF and start the scheduler; raises ModelError/EngineError with what to change."""
         path = Path(model.path)
-        architecture = check_gguf_file(path)
+        header = check_gguf_file(path)
+        architecture = header.architecture
         llama_cpp = _native.llama()
-        model_pointer = _load_model(llama_cpp, path, architecture, config)
+        model_pointer = _load_model(llama_cpp, path, header, config)
         try:
             return _build(llama_cpp, model_pointer, model, path, architecture, config)
         except BaseException:
@@ -75,12 +78,15 @@ def _backend_name(system_info: str) -> str:
     return "gpu"
 
 
-def _load_model(llama_cpp: ModuleType, path: Path, architecture: str, config: ServeConfig) -> Any:
+def _load_model(llama_cpp: ModuleType, path: Path, header: GgufHeader, config: ServeConfig) -> Any:
+    architecture = header.architecture
     params = llama_cpp.llama_model_default_params()
     gpu_layers = config.gpu_layers
     if gpu_layers is None or gpu_layers < 0:
         gpu_layers = _ALL_LAYERS if llama_cpp.llama_supports_gpu_offload() else 0
     params.n_gpu_layers = gpu_layers
+    if header.file_type not in _UNQUANTIZED_FILE_TYPES:  # AMX/repacked buffers only hold quantized weights
+        params.use_extra_bufts = extra_buffer_types_usable(path.resolve())
     _native.clear_log_tail()
     pointer = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
     if pointer:
@@ -128,9 +134,7 @@ def _build(
     params.no_perf = True
     params.type_k = params.type_v = _KV_TYPES[config.kv_cache_type]
     if config.kv_cache_type != "f16":
-        params.flash_attn_type = (
-            _FLASH_ATTN_ENABLED  # llama.cpp needs flash attention for a quantized V cache
-        )
+        params.flash_attn_type = _FLASH_ATTN_ENABLED  # llama.cpp needs flash attention for a quantized V cache
     _native.clear_log_tail()
     context_pointer = llama_cpp.llama_init_from_model(model_pointer, params)
     if not context_pointer:
@@ -149,12 +153,8 @@ def _build(
             "weights": int(llama_cpp.llama_model_size(model_pointer)),
             "kv_cache": _kv_cache_bytes(llama_cpp, model_pointer, architecture, n_ctx, config.kv_cache_type),
         }
-        info = _model_info(
-            llama_cpp, model_pointer, model, path, architecture, context, train_context, parallel
-        )
-        info = ModelInfo(
-            **{**info.__dict__, "can_embed": embedder is not None, "eos_token_ids": tuple(sorted(eog))}
-        )
+        info = _model_info(llama_cpp, model_pointer, model, path, architecture, context, train_context, parallel)
+        info = ModelInfo(**{**info.__dict__, "can_embed": embedder is not None, "eos_token_ids": tuple(sorted(eog))})
         settings = RuntimeSettings(
             parallel=parallel,
             context=context,
@@ -230,9 +230,7 @@ def _meta_int(llama_cpp: ModuleType, model_pointer: Any, key: str) -> int:
         return 0
 
 
-def _kv_cache_bytes(
-    llama_cpp: ModuleType, model_pointer: Any, architecture: str, n_ctx: int, kv_type: str
-) -> int:
+def _kv_cache_bytes(llama_cpp: ModuleType, model_pointer: Any, architecture: str, n_ctx: int, kv_type: str) -> int:
     n_layer = int(llama_cpp.llama_model_n_layer(model_pointer))
     n_head = max(1, int(llama_cpp.llama_model_n_head(model_pointer)))
     n_head_kv = int(llama_cpp.llama_model_n_head_kv(model_pointer))

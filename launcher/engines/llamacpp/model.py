@@ -125,9 +125,7 @@ class LlamaCppModel:
         capacity = len(data) + 16
         while True:
             buffer = (self._ll.llama_token * capacity)()
-            count = self._ll.llama_tokenize(
-                self._vocab, data, len(data), buffer, capacity, add_special, parse_special
-            )
+            count = self._ll.llama_tokenize(self._vocab, data, len(data), buffer, capacity, add_special, parse_special)
             if count >= 0:
                 return list(buffer[:count])
             capacity = -count
@@ -176,9 +174,7 @@ class LlamaCppModel:
             except ConstraintError as err:
                 problem = str(err)
         if problem is not None:
-            job.queue.put_nowait(
-                GenerationEvent(finish_reason="error", error=problem, prompt_tokens=len(prompt))
-            )
+            job.queue.put_nowait(GenerationEvent(finish_reason="error", error=problem, prompt_tokens=len(prompt)))
             return EventStream(job, None)
         self._scheduler.submit(job)
         return EventStream(job, self._scheduler)
