@@ -23,17 +23,13 @@ def _name_list(text: str) -> tuple[str, ...]:
     names = tuple(v.strip() for v in text.split(",") if v.strip())
     unknown = [n for n in names if n not in WORKLOAD_NAMES]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown workload(s) {text!r}; choose from {','.join(WORKLOAD_NAMES)}"
-        )
+        raise argparse.ArgumentTypeError(f"unknown workload(s) {text!r}; choose from {','.join(WORKLOAD_NAMES)}")
     return names
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `bench` flags."""
-    parser.add_argument(
-        "--base-url", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8420/v1"
-    )
+    parser.add_argument("--base-url", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8420/v1")
     parser.add_argument("--model", help="model id to request (default: the first one /v1/models lists)")
     parser.add_argument("--api-key", help="API key sent as a Bearer token")
     parser.add_argument(
@@ -42,27 +38,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=WORKLOAD_NAMES,
         help=f"comma-separated subset of {','.join(WORKLOAD_NAMES)} (default: all)",
     )
-    parser.add_argument(
-        "--concurrency", type=_int_list, default=(1, 2, 4, 8), help="sweep levels (default 1,2,4,8)"
-    )
+    parser.add_argument("--concurrency", type=_int_list, default=(1, 2, 4, 8), help="sweep levels (default 1,2,4,8)")
     parser.add_argument("--requests", type=int, default=8, help="requests per phase (default 8)")
-    parser.add_argument(
-        "--max-tokens", type=int, default=128, help="output tokens for long answers (default 128)"
-    )
+    parser.add_argument("--max-tokens", type=int, default=128, help="output tokens for long answers (default 128)")
     parser.add_argument("--prefix-tokens", type=int, default=2000, help="shared prefix length (default 2000)")
-    parser.add_argument(
-        "--long-prompt-tokens", type=int, default=1500, help="long-prompt length (default 1500)"
-    )
+    parser.add_argument("--long-prompt-tokens", type=int, default=1500, help="long-prompt length (default 1500)")
     parser.add_argument("--seed", type=int, default=0, help="prompt generator seed (default 0)")
-    parser.add_argument(
-        "--server-pid", type=int, help="sample this process's memory (default: the port's owner)"
-    )
+    parser.add_argument("--server-pid", type=int, help="sample this process's memory (default: the port's owner)")
     parser.add_argument("--timeout", type=float, default=600.0, help="per-request timeout in seconds")
     parser.add_argument("--label", default="", help="a title for the report (e.g. the server's name)")
     parser.add_argument("--json", dest="json_out", metavar="OUT", help="write the JSON report here")
-    parser.add_argument(
-        "--markdown", dest="markdown_out", metavar="OUT", help="write the Markdown report here"
-    )
+    parser.add_argument("--markdown", dest="markdown_out", metavar="OUT", help="write the Markdown report here")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,9 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from launcher.bench.workloads import WorkloadSettings
 
     if args.requests < 1 or args.max_tokens < 1 or args.prefix_tokens < 1 or args.long_prompt_tokens < 1:
-        raise ConfigError(
-            "--requests, --max-tokens, --prefix-tokens and --long-prompt-tokens must be at least 1"
-        )
+        raise ConfigError("--requests, --max-tokens, --prefix-tokens and --long-prompt-tokens must be at least 1")
     if not args.base_url.startswith(("http://", "https://")):
         raise ConfigError(f"--base-url must start with http:// or https://, got {args.base_url!r}")
     settings = WorkloadSettings(

@@ -21,9 +21,7 @@ from launcher.bench.workloads import JSON_SCHEMA
 from launcher.core.units import format_bytes
 
 # Quant names as they appear in file names and ids: Q4_K_M, IQ3_XXS, BF16, 4.0bpw, 4bit.
-_QUANT_PATTERN = re.compile(
-    r"(?i)(?<![a-z0-9])(I?Q\d(?:_[A-Z0-9]+)*|F16|BF16|F32|\d(?:\.\d+)?bpw|\dbit)(?![a-z0-9])"
-)
+_QUANT_PATTERN = re.compile(r"(?i)(?<![a-z0-9])(I?Q\d(?:_[A-Z0-9]+)*|F16|BF16|F32|\d(?:\.\d+)?bpw|\dbit)(?![a-z0-9])")
 
 
 def machine_summary() -> dict[str, Any]:
@@ -38,9 +36,7 @@ def machine_summary() -> dict[str, Any]:
         "arch": machine.cpu.arch,
         "physical_cores": machine.cpu.physical_cores,
         "logical_cores": machine.cpu.logical_cores,
-        "cpu_features": sorted(
-            f for f in machine.cpu.features if f.startswith(("avx", "amx", "neon", "fma"))
-        ),
+        "cpu_features": sorted(f for f in machine.cpu.features if f.startswith(("avx", "amx", "neon", "fma"))),
         "ram_bytes": machine.memory.total,
         "gpus": [f"{g.name} ({format_bytes(g.memory_total)})" for g in machine.gpus],
         "apple": machine.apple.chip if machine.apple else None,
@@ -244,8 +240,7 @@ def _workload_notes(workload: dict[str, Any]) -> list[str]:
         notes.append(f"json: {valid['valid']}/{valid['checked']} outputs parse with every required key")
     if "kv_cache_hit_rate" in workload:
         notes.append(
-            f"{workload['name']}: KV prefix-cache hit rate {workload['kv_cache_hit_rate']:.1%}"
-            " of prompt tokens"
+            f"{workload['name']}: KV prefix-cache hit rate {workload['kv_cache_hit_rate']:.1%} of prompt tokens"
         )
     return notes
 

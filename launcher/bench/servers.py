@@ -76,13 +76,20 @@ def stop_process(process: subprocess.Popen[str], grace: float = 10.0) -> None:
 
 @contextlib.contextmanager
 def launcher_serve(
-    serve_args: Sequence[str], *, log_path: Path | None = None, timeout: float = 300.0
+    serve_args: Sequence[str],
+    *,
+    log_path: Path | None = None,
+    timeout: float = 300.0,
+    command_prefix: Sequence[str] | None = None,
 ) -> Iterator[ServerProcess]:
     """Run `python -m launcher serve ARGS`, wait for LAUNCHER_READY, stop it on exit.
 
-    Raises ServerError with the server's LAUNCHER_ERROR message (or its exit) when it fails to start.
+    `command_prefix` replaces `python -m launcher serve` (the comparison script uses it to
+    run the same CLI under a small wrapper). Raises ServerError with the server's
+    LAUNCHER_ERROR message (or its exit) when it fails to start.
     """
-    command = [sys.executable, "-m", "launcher", "serve", *serve_args]
+    prefix = list(command_prefix) if command_prefix else [sys.executable, "-m", "launcher", "serve"]
+    command = [*prefix, *serve_args]
     log = open(log_path, "w", encoding="utf-8") if log_path else subprocess.DEVNULL  # noqa: SIM115
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=_child_env())
     lines: list[str] = []
@@ -92,9 +99,7 @@ def launcher_serve(
     reader.start()
     try:
         ready = _wait_for_ready(process, lines, event, timeout)
-        yield ServerProcess(
-            process, str(ready["base_url"]), int(ready.get("pid") or process.pid), ready, log_path
-        )
+        yield ServerProcess(process, str(ready["base_url"]), int(ready.get("pid") or process.pid), ready, log_path)
     finally:
         stop_process(process)
         reader.join(timeout=5)
@@ -128,9 +133,7 @@ def command_server(
 ) -> Iterator[ServerProcess]:
     """Run any OpenAI-compatible server command, wait until /v1/models answers, stop it on exit."""
     log = open(log_path, "w", encoding="utf-8") if log_path else subprocess.DEVNULL  # noqa: SIM115
-    process = subprocess.Popen(
-        list(command), stdout=log, stderr=subprocess.STDOUT, text=True, env=_child_env()
-    )
+    process = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT, text=True, env=_child_env())
     try:
         deadline = time.monotonic() + timeout
         while True:

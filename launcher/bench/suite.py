@@ -76,9 +76,7 @@ class SuiteResult:
     metrics_available: bool
 
 
-def _counter_delta(
-    before: dict[str, float] | None, after: dict[str, float] | None
-) -> dict[str, float] | None:
+def _counter_delta(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, float] | None:
     if before is None or after is None:
         return None
     return {name: after.get(name, 0.0) - before.get(name, 0.0) for name in _COUNTERS if name in after}
@@ -125,8 +123,7 @@ async def run_suite(config: BenchConfig) -> SuiteResult:
             for workload in build_workloads(config.workloads, settings):
                 before = await read_metrics() if metrics_available else None
                 phases = [
-                    await run_phase(client, phase, model=model_id, seed=settings.seed)
-                    for phase in workload.phases
+                    await run_phase(client, phase, model=model_id, seed=settings.seed) for phase in workload.phases
                 ]
                 after = await read_metrics() if metrics_available else None
                 summaries = [summarize_phase(p) for p in phases]

@@ -121,9 +121,7 @@ def _chat(text: str, task: str) -> tuple[dict[str, str], ...]:
 def short_prompt_long_answer(s: WorkloadSettings, rng: random.Random, count: int) -> tuple[BenchRequest, ...]:
     """Chat-style requests: a short prompt and a long answer (decode bound)."""
     return tuple(
-        BenchRequest(
-            _chat(filler_text(rng, s.short_prompt_tokens, s.tokens_per_word), _LONG_ANSWER_TASK), s.max_tokens
-        )
+        BenchRequest(_chat(filler_text(rng, s.short_prompt_tokens, s.tokens_per_word), _LONG_ANSWER_TASK), s.max_tokens)
         for _ in range(count)
     )
 
@@ -149,9 +147,7 @@ def shared_prefix_pair(s: WorkloadSettings, rng: random.Random) -> tuple[BenchRe
     system = {"role": "system", "content": f"You answer questions about this document.\n\n{document}"}
     questions = [filler_text(rng, 12, s.tokens_per_word) for _ in range(2)]
     first, second = (
-        BenchRequest(
-            (system, {"role": "user", "content": f"Question: {q} Answer briefly."}), s.short_answer_tokens
-        )
+        BenchRequest((system, {"role": "user", "content": f"Question: {q} Answer briefly."}), s.short_answer_tokens)
         for q in questions
     )
     return first, second
@@ -208,8 +204,7 @@ def _build_one(name: str, s: WorkloadSettings, rng: random.Random) -> Workload:
         return Workload(name, "long prompt, short answer, 1 stream (prefill)", (Phase("c=1", 1, requests),))
     if name == "prefix":
         phases = tuple(
-            Phase(f"pair {i + 1}", 1, shared_prefix_pair(s, rng), sequential=True)
-            for i in range(s.prefix_pairs)
+            Phase(f"pair {i + 1}", 1, shared_prefix_pair(s, rng), sequential=True) for i in range(s.prefix_pairs)
         )
         return Workload(
             name,
@@ -218,9 +213,7 @@ def _build_one(name: str, s: WorkloadSettings, rng: random.Random) -> Workload:
             extra={"prefix_tokens_target": s.prefix_tokens},
         )
     if name == "sweep":
-        phases = tuple(
-            Phase(f"c={c}", c, short_prompt_long_answer(s, rng, max(s.requests, c))) for c in s.concurrency
-        )
+        phases = tuple(Phase(f"c={c}", c, short_prompt_long_answer(s, rng, max(s.requests, c))) for c in s.concurrency)
         return Workload(name, "short prompt, long answer, concurrency sweep (continuous batching)", phases)
     requests = json_schema_requests(s, rng, s.requests)
     return Workload(name, "json_schema structured output, 1 stream", (Phase("c=1", 1, requests),))

@@ -67,9 +67,7 @@ def build_app(state: FakeServerState) -> FastAPI:
         body = await request.json()
         state.bodies.append(body)
         if body.get("model") not in (None, MODEL_ID):
-            return JSONResponse(
-                {"error": {"message": "model not found", "type": "invalid_request_error"}}, 404
-            )
+            return JSONResponse({"error": {"message": "model not found", "type": "invalid_request_error"}}, 404)
         prompt_words = sum(len(str(m["content"]).split()) for m in body["messages"])
         if body.get("response_format", {}).get("type") == "json_schema":
             words = ['{"title": "t", ', '"year": 1, ', '"tags": [], ', '"summary": "s"}']

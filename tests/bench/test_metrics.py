@@ -40,9 +40,7 @@ def test_distribution_of_empty_samples_is_all_none() -> None:
     assert Distribution.of([2.0, 4.0]).mean == 3.0
 
 
-def _result(
-    ttft: float, gaps: list[float], tokens: int | None = None, prompt: int | None = 100
-) -> RequestResult:
+def _result(ttft: float, gaps: list[float], tokens: int | None = None, prompt: int | None = 100) -> RequestResult:
     times = [ttft]
     for gap in gaps:
         times.append(times[-1] + gap)

@@ -18,9 +18,7 @@ from launcher.bench.workloads import WorkloadSettings
 from launcher.cli import main
 from tests.bench.fake_openai_server import MODEL_ID, FakeServerState, serve_fake
 
-SMALL = WorkloadSettings(
-    requests=2, max_tokens=12, concurrency=(1, 4), prefix_tokens=200, long_prompt_tokens=150
-)
+SMALL = WorkloadSettings(requests=2, max_tokens=12, concurrency=(1, 4), prefix_tokens=200, long_prompt_tokens=150)
 
 
 def test_suite_measures_every_workload() -> None:
@@ -50,9 +48,7 @@ def test_sweep_really_runs_streams_concurrently() -> None:
     settings = WorkloadSettings(requests=4, max_tokens=4, concurrency=(4,))
     with serve_fake(state) as base_url:
         suite = asyncio.run(
-            run_suite(
-                BenchConfig(base_url=base_url, settings=settings, workloads=("sweep",), calibrate=False)
-            )
+            run_suite(BenchConfig(base_url=base_url, settings=settings, workloads=("sweep",), calibrate=False))
         )
     assert state.max_running == 4
     (summary,) = suite.workloads[0].summaries
