@@ -36,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--write", action="store_true", help="write the agent's config file (old one backed up)")
     parser.add_argument("--dry-run", action="store_true", help="show the diff --write would apply, write nothing")
     parser.add_argument("--test", action="store_true", help="make a real call the way the agent does and report")
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds each --test request may take (default: 60)"
+    )
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
 
@@ -68,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     if args.test:
         from launcher.integrations.live_test import run_live_test
 
-        report = run_live_test(endpoint, agent)
+        report = run_live_test(endpoint, agent, timeout=args.timeout)
         print(json.dumps(report.as_dict(), indent=2) if args.json else "\n" + str(report))
         code = code or (0 if report.ok else 1)
     return code

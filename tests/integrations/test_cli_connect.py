@@ -104,7 +104,8 @@ def test_write_and_test_against_the_real_server(
     live_server: LiveServer, home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("LAUNCHER_API_KEY", live_server.api_key)  # the documented fallback for --api-key
-    assert main(["connect", "continue", "--base-url", live_server.base_url, "--write", "--test"]) == 0
+    argv = ["connect", "continue", "--base-url", live_server.base_url, "--write", "--test", "--timeout", "300"]
+    assert main(argv) == 0
     out = capsys.readouterr().out
     assert (home / ".continue" / "config.yaml").exists()
     assert "[PASS] Tool call parsed: get_weather(" in out
@@ -115,6 +116,7 @@ def test_failed_live_test_exits_non_zero(
     live_server: LiveServer, home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Claude Code needs 32k; the test server has 16k, so the report fails and says how to fix it.
-    argv = ["connect", "claude-code", "--base-url", live_server.base_url, "--api-key", live_server.api_key, "--test"]
+    argv = ["connect", "claude-code", "--base-url", live_server.base_url, "--api-key", live_server.api_key]
+    argv += ["--test", "--timeout", "300"]
     assert main(argv) == 1
     assert "restart the server with --context 32768" in capsys.readouterr().out
