@@ -66,8 +66,8 @@ def _read_architecture(file: BinaryIO, path: Path) -> GgufHeader:
             architecture = _read_string(file)
         elif key == "general.file_type" and value_type == _UINT32:
             (file_type,) = struct.unpack("<I", file.read(4))
-        elif key.startswith("tokenizer."):
-            break  # the general.* keys come first; the vocabulary arrays are big
+        elif key.startswith("tokenizer.ggml.") and architecture is not None:
+            break  # the vocabulary arrays are big and general.file_type is optional
         else:
             _skip_value(file, value_type)
         if architecture is not None and file_type is not None:

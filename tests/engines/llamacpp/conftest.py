@@ -22,6 +22,4 @@ def tiny_model(tiny_gguf: Path) -> Iterator[LlamaCppModel]:
 @pytest.fixture
 def text_prompt(tiny_model: LlamaCppModel) -> list[int]:
     """A short ChatML prompt as tokens."""
-    return tiny_model.tokenize(
-        "<|im_start|>user\nHello there, how are you today?<|im_end|>\n<|im_start|>assistant\n"
-    )
+    return tiny_model.tokenize("<|im_start|>user\nHello there, how are you today?<|im_end|>\n<|im_start|>assistant\n")

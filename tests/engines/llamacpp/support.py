@@ -16,9 +16,7 @@ GREEDY = SamplingParams(temperature=0.0)
 def load(path: Path, **config: object) -> LlamaCppModel:
     """Load `path` with the real engine (2 threads, small context unless overridden)."""
     settings = {"context": 4096, "parallel": 4, "threads": 2, **config}
-    return LlamaCppEngine().load(
-        LocalModel(path=path, format="gguf", name=path.stem), ServeConfig(**settings)
-    )
+    return LlamaCppEngine().load(LocalModel(path=path, format="gguf", name=path.stem), ServeConfig(**settings))
 
 
 @dataclass

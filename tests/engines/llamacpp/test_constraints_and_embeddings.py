@@ -42,18 +42,14 @@ async def test_json_schema_output_parses_even_with_random_weights(
         assert value["mood"] in ("happy", "sad")
 
 
-async def test_prefix_and_suffix_text_wrap_the_json(
-    tiny_model: LlamaCppModel, text_prompt: list[int]
-) -> None:
+async def test_prefix_and_suffix_text_wrap_the_json(tiny_model: LlamaCppModel, text_prompt: list[int]) -> None:
     constraint = Constraint(
         kind="json_schema",
         schema={"type": "object", "properties": {"name": {"enum": ["get_weather"]}}, "required": ["name"]},
         prefix_text="<tool_call>\n",
         suffix_text="\n</tool_call>",
     )
-    outcome = await run(
-        tiny_model, GenerationRequest(text_prompt, 100, SamplingParams(temperature=0.0), constraint)
-    )
+    outcome = await run(tiny_model, GenerationRequest(text_prompt, 100, SamplingParams(temperature=0.0), constraint))
     assert outcome.text.startswith("<tool_call>\n")
     assert outcome.text.endswith("\n</tool_call>")
     body = outcome.text.removeprefix("<tool_call>\n").removesuffix("\n</tool_call>")
@@ -61,9 +57,7 @@ async def test_prefix_and_suffix_text_wrap_the_json(
 
 
 async def test_json_object_and_regex_constraints(tiny_model: LlamaCppModel, text_prompt: list[int]) -> None:
-    obj = await run(
-        tiny_model, greedy(text_prompt, 60, constraint=Constraint(kind="json_object"), ignore_eos=False)
-    )
+    obj = await run(tiny_model, greedy(text_prompt, 60, constraint=Constraint(kind="json_object"), ignore_eos=False))
     if obj.last.finish_reason == "stop":
         assert isinstance(json.loads(obj.text), dict)
     else:
@@ -82,9 +76,7 @@ async def test_json_object_and_regex_constraints(tiny_model: LlamaCppModel, text
     assert head in ("yes", "no") and len(digits) == 3 and digits.isdigit()
 
 
-async def test_invalid_constraint_is_an_error_event(
-    tiny_model: LlamaCppModel, text_prompt: list[int]
-) -> None:
+async def test_invalid_constraint_is_an_error_event(tiny_model: LlamaCppModel, text_prompt: list[int]) -> None:
     broken = Constraint(kind="grammar_gbnf", pattern="root ::= ( unclosed")
     outcome = await run(tiny_model, greedy(text_prompt, 5, constraint=broken))
     assert outcome.last.finish_reason == "error"

@@ -71,9 +71,7 @@ async def test_seeded_sampling_is_reproducible(tiny_model: LlamaCppModel, text_p
 
 async def test_penalties_change_greedy_output(tiny_model: LlamaCppModel, text_prompt: list[int]) -> None:
     plain = await run(tiny_model, greedy(text_prompt, 30))
-    penalised = SamplingParams(
-        temperature=0.0, presence_penalty=2.0, frequency_penalty=2.0, repeat_penalty=1.5
-    )
+    penalised = SamplingParams(temperature=0.0, presence_penalty=2.0, frequency_penalty=2.0, repeat_penalty=1.5)
     outcome = await run(tiny_model, GenerationRequest(text_prompt, 30, penalised, ignore_eos=True))
     assert outcome.tokens != plain.tokens
     assert len(set(outcome.tokens)) >= len(set(plain.tokens))
