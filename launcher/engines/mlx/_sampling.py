@@ -1,0 +1,200 @@
+"""Per-request sampling for the MLX engine: samplers, penalties and grammar-constrained decoding.
+
+mlx-lm's BatchGenerator takes one sampler and one list of logits processors per sequence, so each
+request keeps its own settings inside a shared batch. Samplers here carry their own PRNG key,
+so a request with a seed gives the same text whatever else runs beside it.
+
+Constrained decoding uses llguidance (Microsoft's grammar engine behind Guidance, also used by
+llama.cpp and vLLM): it computes the allowed-token mask straight from a Hugging Face tokenizer,
+compiles JSON Schema itself, and is fast enough to run per token on the CPU. Its Lark dialect lets
+us wrap the JSON in literal text (tool-call tags), including added tokens such as `<tool_call>`,
+which we reference by id so that llguidance and the tokenizer agree on how they are spelled.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from launcher.engines.base import Constraint, SamplingParams
+
+Sampler = Callable[[Any], Any]
+LogitsProcessor = Callable[[Any, Any], Any]
+
+PENALTY_WINDOW = 64  # tokens the repeat/presence/frequency penalties look back over
+# JSON is written the way json.dumps writes it: random or weak models cannot pad it with endless
+# whitespace, and capable models write it like this anyway.
+_JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+class ConstraintError(ValueError):
+    """The request's constraint cannot be compiled; the message says why."""
+
+
+def make_sampler(params: SamplingParams) -> Sampler:
+    """A sampler for one request: greedy at temperature 0, else top-p/min-p/top-k then a seeded draw."""
+    import mlx.core as mx
+    from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, greedy_sampler
+
+    if params.temperature <= 0.0:
+        return greedy_sampler  # shared object: mlx-lm samples all-greedy batches in one call
+    seed = params.seed if params.seed is not None else random.getrandbits(63)
+    state = {"key": mx.random.key(seed & 0xFFFFFFFFFFFFFFFF)}
+    temperature = params.temperature
+
+    def sample(logprobs: Any) -> Any:
+        if 0.0 < params.top_p < 1.0:
+            logprobs = apply_top_p(logprobs, params.top_p)
+        if params.min_p > 0.0:
+            logprobs = apply_min_p(logprobs, params.min_p)
+        if params.top_k > 0:
+            logprobs = apply_top_k(logprobs, params.top_k)
+        key, subkey = mx.random.split(state["key"])
+        state["key"] = key
+        return mx.random.categorical(logprobs * (1.0 / temperature), key=subkey)
+
+    return sample
+
+
+def make_processors(params: SamplingParams, n_vocab: int, banned: Sequence[int]) -> list[LogitsProcessor]:
+    """Logit bias (plus banned tokens) and repetition penalties, as mlx-lm logits processors."""
+    from mlx_lm.sample_utils import make_logits_processors
+
+    bias = {int(t): float(b) for t, b in params.logit_bias.items() if 0 <= int(t) < n_vocab}
+    for token in banned:
+        bias[token] = float("-inf")
+    processors: list[LogitsProcessor] = make_logits_processors(
+        logit_bias=bias or None,
+        repetition_penalty=params.repeat_penalty if params.repeat_penalty != 1.0 else None,
+        repetition_context_size=PENALTY_WINDOW,
+        presence_penalty=params.presence_penalty or None,
+        presence_context_size=PENALTY_WINDOW,
+        frequency_penalty=params.frequency_penalty or None,
+        frequency_context_size=PENALTY_WINDOW,
+    )
+    return processors
+
+
+class GrammarCompiler:
+    """Turns Constraints into llguidance matchers for one tokenizer (the token table is built once)."""
+
+    def __init__(self, hf_tokenizer: Any, n_vocab: int, eos_ids: Sequence[int]) -> None:
+        self._hf = hf_tokenizer
+        self._n_vocab = n_vocab
+        self._eos = list(eos_ids)
+        self._table: Any = None
+        self._lock = threading.Lock()
+
+    def _tokenizer(self) -> Any:
+        with self._lock:
+            if self._table is None:
+                try:
+                    import llguidance.hf
+                except ImportError:
+                    raise ConstraintError("structured output needs llguidance: pip install 'launcher[mlx]'") from None
+                try:
+                    self._table = llguidance.hf.from_tokenizer(self._hf, n_vocab=self._n_vocab, eos_token=self._eos)
+                except ValueError as err:  # slow (non-Rust) tokenizers have no bridge
+                    raise ConstraintError(f"structured output is not available for this tokenizer: {err}") from None
+            return self._table
+
+    def grammar(self, constraint: Constraint, encode: Callable[[str], list[int]]) -> str:
+        """The Lark grammar for `constraint` (prefix text + constrained part + suffix text)."""
+        table = self._tokenizer()
+        if constraint.kind == "json_schema":
+            if constraint.schema is None:
+                raise ConstraintError("a json_schema constraint needs a schema")
+            body = f"%json {json.dumps({**constraint.schema, 'x-guidance': _JSON_STYLE})}"
+        elif constraint.kind == "json_object":
+            body = f"%json {json.dumps({'type': 'object', 'x-guidance': _JSON_STYLE})}"
+        elif constraint.kind == "regex":
+            if not constraint.pattern:
+                raise ConstraintError("a regex constraint needs a pattern")
+            body = "/" + constraint.pattern.removeprefix("^").removesuffix("$").replace("/", "\\/") + "/"
+        else:
+            raise ConstraintError(
+                f"the MLX engine does not support {constraint.kind!r} constraints (use json_schema or regex)"
+            )
+        parts = [
+            *_literal(constraint.prefix_text, encode, table),
+            "body",
+            *_literal(constraint.suffix_text, encode, table),
+        ]
+        return f"start: {' '.join(parts)}\nbody: {body}\n"
+
+    def matcher(self, constraint: Constraint, encode: Callable[[str], list[int]]) -> Any:
+        """A fresh llguidance matcher for one request; raises ConstraintError for bad schemas."""
+        import llguidance
+
+        table = self._tokenizer()
+        lark = self.grammar(constraint, encode)
+        grammar = llguidance.LLMatcher.grammar_from_lark(lark)
+        problem = llguidance.LLMatcher.validate_grammar(grammar, table)
+        if problem and not problem.startswith("WARNING"):
+            first = problem.strip().splitlines()[0]
+            raise ConstraintError(f"cannot constrain output to this schema: {first}")
+        matcher = llguidance.LLMatcher(table, grammar, log_level=0)
+        if matcher.is_error():
+            raise ConstraintError(f"cannot constrain output to this schema: {matcher.get_error()}")
+        return matcher
+
+
+def _literal(text: str, encode: Callable[[str], list[int]], table: Any) -> list[str]:
+    """Lark items for literal text: quoted strings, and `<[id]>` for added tokens it contains."""
+    if not text:
+        return []
+    items: list[str] = []
+    run: list[int] = []
+
+    def close_run() -> None:
+        if run:
+            items.append(json.dumps(table.decode_str(run)))
+            run.clear()
+
+    for token in encode(text):
+        if table.is_special_token(token):
+            close_run()
+            items.append(f"<[{token}]>")
+        else:
+            run.append(token)
+    close_run()
+    return items
+
+
+class GrammarProcessor:
+    """A logits processor that only lets through tokens the grammar allows.
+
+    mlx-lm calls it once per step with the sequence so far; the newest token is the one sampled
+    last step (on the first call it is the last prompt token, which the grammar never saw).
+    """
+
+    def __init__(self, matcher: Any, n_vocab: int) -> None:
+        self._matcher = matcher
+        self._n_vocab = n_vocab
+        self._started = False
+
+    def __call__(self, tokens: Any, logits: Any) -> Any:
+        import mlx.core as mx
+
+        if self._started:
+            self._matcher.consume_token(int(tokens[-1].item()))
+        self._started = True
+        if self._matcher.is_error():
+            return logits  # the sequence is ending anyway (the server sees the error event)
+        packed = np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8)
+        allowed = np.unpackbits(packed, bitorder="little")
+        width = logits.shape[-1]
+        if allowed.shape[0] < width:
+            allowed = np.pad(allowed, (0, width - allowed.shape[0]))
+        mask = mx.array(allowed[:width].astype(bool))
+        return mx.where(mask, logits, mx.array(float("-inf"), dtype=logits.dtype))
+
+    @property
+    def failed(self) -> str | None:
+        """The matcher's error, if the output left the grammar (should not happen: tokens are masked)."""
+        return str(self._matcher.get_error()) if self._matcher.is_error() else None

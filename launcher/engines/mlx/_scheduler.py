@@ -1,0 +1,381 @@
+"""Continuous batching for the MLX engine, on the one thread that owns the model.
+
+MLX arrays and streams are not meant to be shared between threads, so this thread loads the
+model, runs every step and frees everything at the end; other threads only queue work here.
+
+Batching is mlx-lm's own `BatchGenerator` (the one `mlx_lm.server` uses): it takes per-sequence
+samplers, logits processors, stop tokens, max_tokens and a starting KV cache, accepts new
+sequences between steps (their prompts are read in chunks while the others keep decoding) and
+removes sequences mid-flight. We keep admission (at most `parallel` sequences), the wait queue,
+cancellation and event delivery. Prompt caching is mlx-lm's `LRUPromptCache`: a finished
+request's KV cache is kept under its tokens, and a later prompt starts from the longest cached
+prefix (trimmed with mlx-lm's cache trimming when the cached entry runs past the shared part).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from launcher.engines.base import FinishReason, GenerationEvent, GenerationRequest, QueueFullError, TokenLogprob
+from launcher.engines.mlx._sampling import ConstraintError, GrammarProcessor, make_processors, make_sampler
+from launcher.engines.mlx._tokens import IncrementalText, TokenizerAccess
+
+log = logging.getLogger("launcher.engines.mlx")
+
+PREFILL_STEP_TOKENS = 512  # prompt tokens read per step: bounds how long one step stalls the others
+_CACHE_KEY = "model"  # LRUPromptCache keys entries by model; we have one
+
+
+@dataclass(eq=False)
+class Job:
+    """A request from submission to its last event."""
+
+    request: GenerationRequest
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue[GenerationEvent]
+    submitted_at: float = field(default_factory=time.monotonic)
+    cancelled: bool = False
+    uid: int = -1
+    text: IncrementalText | None = None
+    grammar: GrammarProcessor | None = None
+    generated: int = 0
+    cached_prompt_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What the loader hands the scheduler: the model and the facts it needs to run it."""
+
+    model: Any
+    tokenizer: Any  # mlx-lm TokenizerWrapper
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SchedulerCounters:
+    """A snapshot for stats() (plain ints read without a lock)."""
+
+    running: int
+    waiting: int
+    kv_used_tokens: int
+    prefix_hits: int
+    prefix_misses: int
+    prefix_hit_tokens: int
+    prefill_tokens: int
+    decode_tokens: int
+
+
+class Scheduler:
+    """Owns the MLX model on its own thread; `submit` is called from the server's event loop."""
+
+    def __init__(self, loader: Callable[[], Loaded], *, parallel: int, max_queue: int, cache_bytes: int) -> None:
+        self._loader = loader
+        self._parallel = parallel
+        self._max_queue = max_queue
+        self._cache_bytes = cache_bytes
+        self._cv = threading.Condition()
+        self._waiting: deque[Job] = deque()
+        self._running: dict[int, Job] = {}
+        self._stopping = False
+        self._ready = threading.Event()
+        self._load_error: BaseException | None = None
+        self.loaded: Loaded | None = None
+        self._tokens: TokenizerAccess | None = None
+        self._compile: Callable[[Job], GrammarProcessor | None] | None = None
+        self._eos: list[list[int]] = []
+        self._n_vocab = 0
+        self._hits = self._misses = self._hit_tokens = 0
+        self._prefill_tokens = self._decode_tokens = 0
+        self._avg_request_s = 5.0
+        self.memory: dict[str, int] = {}
+        self._outbox: list[tuple[Job, GenerationEvent]] = []
+        self._thread = threading.Thread(target=self._run, name="mlx-scheduler", daemon=True)
+
+    # ----- called from other threads -----------------------------------------------------------
+
+    def start(self) -> Loaded:
+        """Start the thread, wait until it has loaded the model; re-raise the loader's error."""
+        self._thread.start()
+        self._ready.wait()
+        if self._load_error is not None:
+            self._thread.join()
+            raise self._load_error
+        assert self.loaded is not None
+        return self.loaded
+
+    def configure(
+        self, tokens: TokenizerAccess, eos_ids: list[int], n_vocab: int, compile_grammar: Callable[[Job], Any]
+    ) -> None:
+        """Facts the steps need, known once the model and tokenizer are loaded (before any submit)."""
+        self._tokens = tokens
+        self._eos = [[t] for t in eos_ids]
+        self._n_vocab = n_vocab
+        self._compile = compile_grammar
+
+    def submit(self, job: Job) -> None:
+        """Queue a job (FIFO); raise QueueFullError when `max_queue` requests already wait for a slot."""
+        with self._cv:
+            if self._stopping:
+                raise RuntimeError("the model is closed")
+            free = self._parallel - len(self._running)
+            if len(self._waiting) - free >= self._max_queue:
+                self._waiting = deque(j for j in self._waiting if not j.cancelled)
+                if len(self._waiting) - free >= self._max_queue:
+                    waits = (len(self._waiting) + 1) / self._parallel
+                    raise QueueFullError(retry_after_s=max(1.0, round(waits * self._avg_request_s, 1)))
+            self._waiting.append(job)
+            self._cv.notify()
+
+    def wake(self) -> None:
+        """Make the scheduler look at cancellations now."""
+        with self._cv:
+            self._cv.notify()
+
+    def counters(self) -> SchedulerCounters:
+        """Live numbers for stats()."""
+        running = list(self._running.values())
+        return SchedulerCounters(
+            running=len(running),
+            waiting=len(self._waiting),
+            kv_used_tokens=sum(len(j.request.prompt_tokens) + j.generated for j in running),
+            prefix_hits=self._hits,
+            prefix_misses=self._misses,
+            prefix_hit_tokens=self._hit_tokens,
+            prefill_tokens=self._prefill_tokens,
+            decode_tokens=self._decode_tokens,
+        )
+
+    def stop(self) -> None:
+        """Stop the thread (open requests end as cancelled), free the model, wait for the thread."""
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    # ----- the scheduler thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        import mlx.core as mx
+        from mlx_lm.generate import BatchGenerator
+        from mlx_lm.models.cache import LRUPromptCache
+
+        try:
+            self.loaded = self._loader()
+        except BaseException as err:  # handed to start(), which raises it on the loading thread
+            self._load_error = err
+            self._ready.set()
+            return
+        # A stream made on this thread, as mlx_lm.server does: all generation runs on it.
+        stream = mx.default_stream(mx.default_device())
+        generator = BatchGenerator(
+            self.loaded.model,
+            completion_batch_size=self._parallel,
+            prefill_batch_size=self._parallel,
+            prefill_step_size=PREFILL_STEP_TOKENS,
+            stream=stream,
+        )
+        cache = LRUPromptCache(max_size=max(4, 2 * self._parallel), max_bytes=self._cache_bytes)
+        self._update_memory()
+        self._ready.set()
+        try:
+            while True:
+                with self._cv:
+                    while not (self._stopping or self._running or self._waiting):
+                        self._cv.wait()
+                    if self._stopping:
+                        break
+                try:
+                    self._step(generator, cache)
+                finally:
+                    self._flush()
+        except Exception:
+            log.exception("MLX scheduler crashed")
+        finally:
+            self._shutdown(generator)
+            del cache, generator
+            self.loaded = None
+            mx.clear_cache()
+
+    def _shutdown(self, generator: Any) -> None:
+        with self._cv:
+            self._stopping = True
+            waiting = list(self._waiting)
+            self._waiting.clear()
+        for job in list(self._running.values()):
+            self._finish(job, "cancelled", "the model was unloaded")
+        for job in waiting:
+            self._emit(job, GenerationEvent(finish_reason="cancelled", error="the model was unloaded"))
+        self._flush()
+        generator.close()
+
+    def _step(self, generator: Any, cache: Any) -> None:
+        cancelled = [job for job in self._running.values() if job.cancelled]
+        if cancelled:
+            generator.remove([job.uid for job in cancelled])
+            for job in cancelled:
+                self._finish(job, "cancelled")
+        self._admit(generator, cache)
+        if not self._running:
+            return
+        _prompt_responses, responses = generator.next()
+        self._decode_tokens += len(responses)
+        failed: list[int] = []
+        for response in responses:
+            owner = self._running.get(response.uid)
+            if owner is not None and not self._deliver(owner, response, cache):
+                failed.append(owner.uid)
+        if failed:
+            generator.remove(failed)
+        self._update_memory()
+
+    def _deliver(self, job: Job, response: Any, cache: Any) -> bool:
+        """Turn one generated token into events; False when the job ended but mlx-lm still runs it."""
+        if response.finish_reason is not None and response.prompt_cache is not None:
+            cache.insert_cache(_CACHE_KEY, list(response.all_tokens), response.prompt_cache)
+        if job.grammar is not None and job.grammar.failed:
+            self._finish(job, "error", f"constrained decoding failed: {job.grammar.failed}")
+            return response.finish_reason is not None
+        if response.finish_reason == "stop":  # an end-of-generation token: not part of the text
+            self._finish(job, "stop")
+            return True
+        token = int(response.token)
+        job.generated += 1
+        assert job.text is not None
+        text = job.text.add(token)
+        logprobs: tuple[TokenLogprob, ...] = ()
+        if job.request.logprobs is not None:
+            logprobs = (self._logprob(token, response.logprobs, job.request.logprobs),)
+        self._emit(job, GenerationEvent(token_ids=(token,), text=text, logprobs=logprobs))
+        if response.finish_reason is not None:
+            self._finish(job, "length")
+        return True
+
+    def _logprob(self, token: int, logprobs: Any, top_n: int) -> TokenLogprob:
+        import mlx.core as mx
+        import numpy as np
+
+        assert self._tokens is not None
+        values = np.array(logprobs.astype(mx.float32), dtype=np.float64)
+        top: tuple[tuple[str, float], ...] = ()
+        if top_n > 0:
+            count = min(top_n, values.shape[0])
+            candidates = np.argpartition(values, -count)[-count:]
+            ordered = candidates[np.argsort(values[candidates])[::-1]]
+            top = tuple((self._tokens.decode([int(t)]), float(values[t])) for t in ordered)
+        return TokenLogprob(token_id=token, text=self._tokens.decode([token]), logprob=float(values[token]), top=top)
+
+    # ----- admission and prefix reuse ------------------------------------------------------------
+
+    def _admit(self, generator: Any, cache: Any) -> None:
+        jobs: list[Job] = []
+        with self._cv:
+            while self._waiting and len(self._running) + len(jobs) < self._parallel:
+                job = self._waiting.popleft()
+                if not job.cancelled:
+                    jobs.append(job)
+        for job in jobs:
+            try:
+                self._start(job, generator, cache)
+            except ConstraintError as err:
+                self._emit(job, GenerationEvent(finish_reason="error", error=str(err)))
+
+    def _start(self, job: Job, generator: Any, cache: Any) -> None:
+        from mlx_lm.generate import StopSequences
+        from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
+
+        assert self._tokens is not None and self._compile is not None
+        request = job.request
+        job.grammar = self._compile(job)
+        prompt = list(request.prompt_tokens)
+        prompt_cache, rest = cache.fetch_nearest_cache(_CACHE_KEY, prompt)
+        if prompt_cache is not None and not rest:
+            # The whole prompt is cached; read its last token again to get the next-token logits.
+            if can_trim_prompt_cache(prompt_cache):
+                trim_prompt_cache(prompt_cache, 1)
+                rest = prompt[-1:]
+            else:
+                prompt_cache, rest = None, prompt
+        reused = len(prompt) - len(rest)
+        if reused:
+            self._hits += 1
+            self._hit_tokens += reused
+        else:
+            self._misses += 1
+        self._prefill_tokens += len(rest)
+        processors = make_processors(request.sampling, self._n_vocab, self._flat_eos() if request.ignore_eos else ())
+        if job.grammar is not None:
+            processors.append(job.grammar)
+        (uid,) = generator.insert(
+            [rest],
+            max_tokens=[request.max_tokens],
+            caches=[prompt_cache] if prompt_cache is not None else None,
+            all_tokens=[prompt[:reused]],
+            samplers=[make_sampler(request.sampling)],
+            logits_processors=[processors],
+            stop_sequences=[StopSequences(None if request.ignore_eos else self._eos)],
+        )
+        job.uid, job.generated, job.cached_prompt_tokens = uid, 0, reused
+        job.text = IncrementalText(self._tokens, prompt)
+        self._running[uid] = job
+
+    def _flat_eos(self) -> list[int]:
+        return [seq[0] for seq in self._eos]
+
+    def _finish(self, job: Job, reason: FinishReason, error: str | None = None) -> None:
+        tail = job.text.flush() if job.text is not None else ""
+        self._emit(
+            job,
+            GenerationEvent(
+                text=tail,
+                finish_reason=reason,
+                prompt_tokens=len(job.request.prompt_tokens),
+                cached_prompt_tokens=job.cached_prompt_tokens,
+                completion_tokens=job.generated,
+                error=error,
+            ),
+        )
+        self._running.pop(job.uid, None)
+        elapsed = time.monotonic() - job.submitted_at
+        self._avg_request_s = 0.8 * self._avg_request_s + 0.2 * elapsed
+
+    def _update_memory(self) -> None:
+        import mlx.core as mx
+
+        self.memory = {
+            "mlx_active": int(mx.get_active_memory()),
+            "mlx_peak": int(mx.get_peak_memory()),
+            "mlx_cache": int(mx.get_cache_memory()),
+        }
+
+    # ----- events back to the event loop ---------------------------------------------------------
+
+    def _emit(self, job: Job, event: GenerationEvent) -> None:
+        self._outbox.append((job, event))
+
+    def _flush(self) -> None:
+        """Deliver this step's events in order: one wake-up per event loop per step, not one per token."""
+        if not self._outbox:
+            return
+        outbox, self._outbox = self._outbox, []
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, GenerationEvent]]] = {}
+        for job, event in outbox:
+            by_loop.setdefault(job.loop, []).append((job, event))
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_put_all, items)
+            except RuntimeError:  # the loop is closed: nobody is listening any more
+                for job, _event in items:
+                    job.cancelled = True
+
+
+def _put_all(items: list[tuple[Job, GenerationEvent]]) -> None:
+    for job, event in items:
+        job.queue.put_nowait(event)

@@ -1,0 +1,181 @@
+"""`MlxModel`: an MLX model behind the engine seam (tokenize, generate, stats, close).
+
+The model belongs to the scheduler thread; this object only checks requests, queues them and
+hands events back on the caller's asyncio loop. Tokenizing uses the Rust tokenizer, which any
+thread may use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import psutil
+
+from launcher.core.errors import EngineError
+from launcher.engines.base import EngineStats, GenerationEvent, GenerationRequest, ModelInfo
+from launcher.engines.mlx._sampling import GrammarCompiler, GrammarProcessor
+from launcher.engines.mlx._scheduler import Job, Scheduler
+from launcher.engines.mlx._tokens import TokenizerAccess
+
+log = logging.getLogger("launcher.engines.mlx")
+
+
+class EventStream(AsyncIterator[GenerationEvent]):
+    """The async iterator `generate` returns; closing it early (aclose, task cancel, GC) cancels the job."""
+
+    def __init__(self, job: Job, scheduler: Scheduler | None) -> None:
+        self._job = job
+        self._scheduler = scheduler
+        self._done = False
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> GenerationEvent:
+        if self._done:
+            raise StopAsyncIteration
+        try:
+            event = await self._job.queue.get()
+        except asyncio.CancelledError:
+            self._cancel()
+            raise
+        if event.finish_reason is not None:
+            self._done = True
+        return event
+
+    async def aclose(self) -> None:
+        """Stop generating: the scheduler drops the sequence before its next step."""
+        self._cancel()
+
+    def _cancel(self) -> None:
+        if not self._done:
+            self._done = True
+            self._job.cancelled = True
+            if self._scheduler is not None:
+                self._scheduler.wake()
+
+    def __del__(self) -> None:
+        # A stream dropped without being exhausted or closed must not keep generating.
+        if not self._done:
+            self._job.cancelled = True
+
+
+class MlxModel:
+    """An MLX model served by one scheduler thread with up to `parallel` sequences per step."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        info: ModelInfo,
+        tokens: TokenizerAccess,
+        grammars: GrammarCompiler,
+        n_vocab: int,
+    ) -> None:
+        self.info = info
+        self._scheduler = scheduler
+        self._tokens = tokens
+        self._grammars = grammars
+        self._n_vocab = n_vocab
+        self._closed = False
+        self._process = psutil.Process()
+        scheduler.configure(tokens, list(info.eos_token_ids), n_vocab, self._compile)
+
+    # ----- vocabulary ------------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        """Text to token ids (special-token text like `<|im_end|>` parsed when `parse_special`)."""
+        return self._tokens.encode(text, add_special=add_special, parse_special=parse_special)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        """Token ids back to text; special tokens are written out as their text."""
+        return self._tokens.decode(tokens) if tokens else ""
+
+    # ----- generation ------------------------------------------------------------------------
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
+        """Queue `request` and stream its events; raises QueueFullError when the wait queue is full.
+
+        Requests the engine cannot run (empty or too-long prompt) get a single event with
+        finish_reason "error" and a message that says what to change; so do constraints that
+        cannot be compiled (found when the request is admitted).
+        """
+        loop = asyncio.get_running_loop()
+        job = Job(request=request, loop=loop, queue=asyncio.Queue())
+        problem = self._check(request)
+        if problem is not None:
+            job.queue.put_nowait(
+                GenerationEvent(finish_reason="error", error=problem, prompt_tokens=len(request.prompt_tokens))
+            )
+            return EventStream(job, None)
+        room = self.info.context_length - len(request.prompt_tokens)
+        if request.max_tokens > room:
+            job.request = GenerationRequest(**{**request.__dict__, "max_tokens": room})
+        self._scheduler.submit(job)
+        return EventStream(job, self._scheduler)
+
+    def _check(self, request: GenerationRequest) -> str | None:
+        prompt = request.prompt_tokens
+        if self._closed:
+            return "the model has been unloaded"
+        if not prompt:
+            return "the prompt is empty"
+        if min(prompt) < 0 or max(prompt) >= self._n_vocab:
+            return f"the prompt has token ids outside this model's vocabulary (0..{self._n_vocab - 1})"
+        if len(prompt) >= self.info.context_length:
+            return (
+                f"the prompt is {len(prompt)} tokens but the context is {self.info.context_length} tokens per "
+                "request: shorten the prompt or restart the server with a larger --context"
+            )
+        if request.max_tokens < 1:
+            return "max_tokens must be at least 1"
+        return None
+
+    def _compile(self, job: Job) -> GrammarProcessor | None:
+        """Called on the scheduler thread when the job is admitted (builds the token table once)."""
+        constraint = job.request.constraint
+        if constraint is None:
+            return None
+        matcher = self._grammars.matcher(
+            constraint, lambda text: self._tokens.encode(text, add_special=False, parse_special=True)
+        )
+        return GrammarProcessor(matcher, self._n_vocab)
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        """MLX chat models have no pooling head here: always raises EngineError."""
+        del texts
+        raise EngineError(
+            f"{self.info.id} is served by the MLX engine, which generates text but does not produce "
+            "embeddings. Serve an embedding model (a GGUF with a pooling type) with the llama.cpp engine "
+            "for /v1/embeddings."
+        )
+
+    # ----- status and shutdown -----------------------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        """Live numbers for /metrics (cheap; called from the event loop)."""
+        counters = self._scheduler.counters()
+        memory = dict(self._scheduler.memory)
+        with contextlib.suppress(psutil.Error):  # the gauge simply lacks this entry for one scrape
+            memory["process_rss"] = int(self._process.memory_info().rss)
+        return EngineStats(
+            requests_running=counters.running,
+            requests_waiting=counters.waiting,
+            kv_cache_used_tokens=counters.kv_used_tokens,
+            kv_cache_total_tokens=self.info.context_length * self.info.parallel,
+            prefix_cache_hits=counters.prefix_hits,
+            prefix_cache_misses=counters.prefix_misses,
+            prefix_cache_hit_tokens=counters.prefix_hit_tokens,
+            memory=memory,
+            prefill_tokens_total=counters.prefill_tokens,
+            decode_tokens_total=counters.decode_tokens,
+        )
+
+    def close(self) -> None:
+        """Stop the scheduler thread (open requests end as cancelled); the thread frees the model."""
+        if self._closed:
+            return
+        self._closed = True
+        self._scheduler.stop()

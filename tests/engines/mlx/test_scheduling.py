@@ -1,0 +1,119 @@
+"""Scheduler behaviour: cancellation, the wait queue, prefix caching, memory stats, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from launcher.engines.base import QueueFullError
+from launcher.engines.mlx.model import MlxModel
+from tests.engines.mlx.support import CHAT_PROMPT, greedy, load, run
+
+
+async def _until(condition: object, what: str) -> None:
+    """Wait for the scheduler thread to reach a state (polling the event loop, never a fixed sleep)."""
+    for _ in range(4000):
+        if condition():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_closing_a_stream_frees_its_sequence(mlx_model: MlxModel, chat_prompt: list[int]) -> None:
+    stream = mlx_model.generate(greedy(chat_prompt, 900))
+    seen = [await anext(stream) for _ in range(3)]
+    assert all(event.token_ids for event in seen)
+    assert mlx_model.stats().requests_running == 1
+    assert mlx_model.stats().kv_cache_used_tokens > len(chat_prompt)
+    await stream.aclose()  # type: ignore[attr-defined]
+    await _until(lambda: mlx_model.stats().requests_running == 0, "the cancelled request to leave its slot")
+    assert mlx_model.stats().kv_cache_used_tokens == 0
+    after = await run(mlx_model, greedy(chat_prompt, 4))
+    assert after.last.finish_reason == "length"
+
+
+async def test_a_cancelled_task_frees_its_sequence(mlx_model: MlxModel, chat_prompt: list[int]) -> None:
+    started = asyncio.Event()
+
+    async def consume() -> None:
+        async for _event in mlx_model.generate(greedy(chat_prompt, 900)):
+            started.set()
+
+    task = asyncio.create_task(consume())
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await _until(lambda: mlx_model.stats().requests_running == 0, "the cancelled task's request to end")
+
+
+async def test_full_queue_raises_queue_full_and_a_freed_slot_serves_the_next(tiny_mlx_model: Path) -> None:
+    model = load(tiny_mlx_model, parallel=1, max_queue=1)
+    try:
+        prompt = model.tokenize("Hello world!")
+        running = model.generate(greedy(prompt, 900))
+        waiting = model.generate(greedy(prompt, 3))
+        with pytest.raises(QueueFullError) as caught:
+            model.generate(greedy(prompt, 3))
+        assert caught.value.retry_after_s >= 1.0
+        first = await anext(running)
+        assert first.token_ids
+        assert model.stats().requests_waiting == 1
+        await running.aclose()  # type: ignore[attr-defined]
+        events = [event async for event in waiting]
+        assert events[-1].finish_reason == "length"
+        assert sum(len(event.token_ids) for event in events) == 3
+    finally:
+        model.close()
+
+
+async def test_a_repeated_prompt_hits_the_prefix_cache_with_identical_output(tiny_mlx_model: Path) -> None:
+    model = load(tiny_mlx_model, parallel=2)
+    try:
+        prompt = model.tokenize(CHAT_PROMPT)
+        cold = await run(model, greedy(prompt, 10))
+        assert cold.last.cached_prompt_tokens == 0
+        assert model.stats().prefix_cache_misses == 1 and model.stats().prefix_cache_hits == 0
+        warm = await run(model, greedy(prompt, 10))
+        assert warm.tokens == cold.tokens
+        assert warm.last.cached_prompt_tokens == len(prompt) - 1
+        stats = model.stats()
+        assert stats.prefix_cache_hits == 1 and stats.prefix_cache_hit_tokens == len(prompt) - 1
+        longer = prompt + model.tokenize("<|im_start|>user\nAnd tomorrow?<|im_end|>\n<|im_start|>assistant\n")
+        follow_up = await run(model, greedy(longer, 6))
+        assert follow_up.last.cached_prompt_tokens >= len(prompt)
+        fresh = load(tiny_mlx_model, parallel=1)
+        try:
+            assert (await run(fresh, greedy(longer, 6))).tokens == follow_up.tokens
+        finally:
+            fresh.close()
+    finally:
+        model.close()
+
+
+async def test_stats_report_mlx_memory_and_token_counters(mlx_model: MlxModel, chat_prompt: list[int]) -> None:
+    await run(mlx_model, greedy(chat_prompt, 5))
+    stats = mlx_model.stats()
+    assert {"mlx_active", "mlx_peak", "mlx_cache", "process_rss"} <= set(stats.memory)
+    assert stats.memory["mlx_active"] > 0 and stats.memory["mlx_peak"] >= stats.memory["mlx_active"]
+    assert stats.memory["process_rss"] > stats.memory["mlx_active"]
+    assert stats.decode_tokens_total >= 5 and stats.prefill_tokens_total > 0
+    assert stats.kv_cache_total_tokens == 1024 * 4
+
+
+async def test_close_ends_open_requests_and_leaves_no_threads(tiny_mlx_model: Path) -> None:
+    before = set(threading.enumerate())
+    model = load(tiny_mlx_model, parallel=1)
+    prompt = model.tokenize("Hello world!")
+    running = model.generate(greedy(prompt, 900))
+    waiting = model.generate(greedy(prompt, 900))
+    assert (await anext(running)).token_ids
+    model.close()
+    assert [event async for event in running][-1].finish_reason == "cancelled"
+    assert [event async for event in waiting][-1].finish_reason == "cancelled"
+    assert set(threading.enumerate()) <= before
+    late = [event async for event in model.generate(greedy(prompt, 3))]
+    assert late[-1].finish_reason == "error"
