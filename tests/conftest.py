@@ -11,7 +11,7 @@ import pytest
 # Qt must never try to open a real display in tests.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-pytest_plugins: list[str] = ["tests.fixtures.models", "tests.fixtures.fake_hub"]
+pytest_plugins: list[str] = ["tests.fixtures.models", "tests.fixtures.fake_hub", "tests.fixtures.mlx_models"]
 
 
 @pytest.fixture(autouse=True)
