@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 from urllib.parse import urlparse
 
 from huggingface_hub import get_hf_file_metadata, hf_hub_url
-from huggingface_hub.file_download import http_get, repo_folder_name
+from huggingface_hub.file_download import HfFileMetadata, http_get, repo_folder_name
 from huggingface_hub.utils import WeakFileLock, build_hf_headers  # type: ignore[attr-defined]  # lazily exported
 
 from launcher.catalog.hub_client import (
@@ -106,10 +106,12 @@ def pull(
     if missing and is_offline():
         raise offline_error(f"HF_HUB_OFFLINE is set, so {plan.name} cannot be downloaded.")
     check_free_space(plan, missing, where.storage, ctx.cache_dir, disk_usage)
+    # Every HEAD first: a gated repo or a missing file fails before any progress is shown.
+    metadata = {remote.path: file_metadata(plan, remote, ctx) for remote in missing}
     tracker = ProgressTracker(plan.total_bytes, len(plan.files), progress, cancel)
     tracker.start()
     for remote in plan.files:
-        fetch_file(plan, remote, ctx, where, tracker)
+        fetch_file(plan, remote, metadata.get(remote.path), where, ctx, tracker)
     _write_ref(where.storage, plan.revision, plan.commit)
     tracker.finish()
     snapshot = where.storage / "snapshots" / plan.commit
@@ -149,14 +151,8 @@ def check_free_space(
         )
 
 
-def fetch_file(
-    plan: PullPlan, remote: RemoteFile, ctx: HubContext, where: _Paths, tracker: ProgressTracker
-) -> Path:
-    """One file into the cache: HEAD for etag and location, resumable download, hash check, link."""
-    pointer = _pointer(where.storage, plan, remote)
-    if pointer.exists():
-        tracker.skip_file(remote.path, remote.size or 0)
-        return pointer
+def file_metadata(plan: PullPlan, remote: RemoteFile, ctx: HubContext) -> HfFileMetadata:
+    """HEAD /resolve at the planned commit: etag (the blob name), size, download location."""
     url = hf_hub_url(plan.repo_id, remote.path, revision=plan.commit, endpoint=ctx.endpoint)
     try:
         meta = get_hf_file_metadata(url, token=ctx.token, endpoint=ctx.endpoint)
@@ -164,6 +160,25 @@ def fetch_file(
         raise translate_hub_error(err, plan.repo_id, ctx, file=remote.path) from None
     if not meta.etag:
         raise DownloadError(f"{ctx.endpoint} sent no ETag for {remote.path}; cannot store it safely.")
+    return meta
+
+
+def fetch_file(
+    plan: PullPlan,
+    remote: RemoteFile,
+    meta: HfFileMetadata | None,
+    where: _Paths,
+    ctx: HubContext,
+    tracker: ProgressTracker,
+) -> Path:
+    """One file into the cache: resumable download, hash check, link (meta: its HEAD answer)."""
+    pointer = _pointer(where.storage, plan, remote)
+    if pointer.exists():
+        tracker.skip_file(remote.path, remote.size or 0)
+        return pointer
+    meta = meta or file_metadata(plan, remote, ctx)
+    assert meta.etag is not None  # checked by file_metadata
+    url = hf_hub_url(plan.repo_id, remote.path, revision=plan.commit, endpoint=ctx.endpoint)
     size = meta.size if meta.size is not None else remote.size
     blob = where.storage / "blobs" / meta.etag
     if blob.exists():

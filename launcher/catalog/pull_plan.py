@@ -133,9 +133,9 @@ def _advised(entry: CatalogModel, machine: Machine | None) -> tuple[FormatName, 
         choice = recommend(machine, entry, status=engine_status(machine)).choice
     except (ImportError, LauncherError):
         return None
-    fmt = choice.format
-    if fmt in entry.formats() and choice.quant in entry.quants(fmt):  # type: ignore[arg-type]
-        return fmt, choice.quant  # type: ignore[return-value]
+    for fmt in entry.formats():
+        if fmt == choice.format and choice.quant in entry.quants(fmt):
+            return fmt, choice.quant
     return None
 
 
@@ -175,6 +175,8 @@ def plan_repo(
             raise RepoNotFoundError(f"{file!r} is not in {repo_id}. It has: {listing}.")
         return _gguf_plan(repo_id, revision, commit, [by_path[f] for f in group], None, catalog_id)
     quant = quant or file
+    if fmt is None and _format_from_tags(repo_id, tags) != "safetensors":
+        fmt = _format_from_tags(repo_id, tags)  # type: ignore[assignment]  # an MLX/EXL repo with a stray GGUF
     if groups and fmt in (None, "gguf"):
         first = _pick_gguf_group(repo_id, groups, by_path, quant)
         return _gguf_plan(repo_id, revision, commit, [by_path[f] for f in groups[first]], None, catalog_id)
