@@ -1,0 +1,172 @@
+"""`ExLlamaModel`: a loaded EXL3/EXL2 model behind the engine seam (tokenize, generate, stats, close).
+
+The generator belongs to the scheduler thread; this object checks requests, turns them into
+runtime-neutral `JobSpec`s and streams the events back. Tokenizing uses the runtime's tokenizer
+(read-only, safe from the event loop thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+from functools import lru_cache
+
+from launcher.core.errors import EngineError
+from launcher.engines.base import EngineStats, GenerationEvent, GenerationRequest, ModelInfo
+from launcher.engines.exllama_common._backend import Backend, JobSpec
+from launcher.engines.exllama_common._constraints import ConstraintError, grammar_for
+from launcher.engines.exllama_common._scheduler import Job, Scheduler
+from launcher.engines.exllama_common._sizing import CachePlan
+
+
+class EventStream(AsyncIterator[GenerationEvent]):
+    """What `generate` returns; closing it early (aclose, task cancel, GC) cancels the job."""
+
+    def __init__(self, job: Job, scheduler: Scheduler | None) -> None:
+        self._job = job
+        self._scheduler = scheduler
+        self._done = False
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> GenerationEvent:
+        if self._done:
+            raise StopAsyncIteration
+        try:
+            event = await self._job.queue.get()
+        except asyncio.CancelledError:
+            self._cancel()
+            raise
+        if event.finish_reason is not None:
+            self._done = True
+        return event
+
+    async def aclose(self) -> None:
+        """Stop generating: the scheduler cancels the job before the generator's next step."""
+        self._cancel()
+
+    def _cancel(self) -> None:
+        if not self._done:
+            self._done = True
+            self._job.cancelled = True
+            if self._scheduler is not None:
+                self._scheduler.wake()
+
+    def __del__(self) -> None:
+        # A stream dropped without being exhausted or closed must not keep generating.
+        if not self._done:
+            self._job.cancelled = True
+
+
+class ExLlamaModel:
+    """An EXL3/EXL2 model whose dynamic generator runs up to `plan.parallel` requests at once."""
+
+    def __init__(self, backend: Backend, info: ModelInfo, plan: CachePlan, *, max_queue: int) -> None:
+        self.info = info
+        self._backend = backend
+        self._plan = plan
+        self._closed = False
+        self._eos = info.eos_token_ids
+        self._piece = lru_cache(maxsize=65536)(lambda token: backend.decode([token]))
+        self._scheduler = Scheduler(backend, parallel=plan.parallel, max_queue=max_queue, piece=self._piece)
+        self._scheduler.start()
+
+    # ----- vocabulary ------------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        """Text to token ids with the model's tokenizer (BOS added when `add_special`)."""
+        return self._backend.encode(text, add_bos=add_special, special=parse_special)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        """Token ids back to text; special tokens are written out."""
+        return self._backend.decode(tokens) if tokens else ""
+
+    # ----- generation ------------------------------------------------------------------------
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
+        """Queue `request` and stream its events; raises QueueFullError when the wait queue is full.
+
+        Requests that cannot run (empty or too-long prompt, bad constraint) get one event with
+        finish_reason "error" and a message saying what to change.
+        """
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[GenerationEvent] = asyncio.Queue()
+        problem = self._check(request)
+        grammar = None
+        if problem is None and request.constraint is not None:
+            try:
+                grammar = grammar_for(request.constraint)
+            except ConstraintError as err:
+                problem = str(err)
+        spec = JobSpec(
+            prompt=list(request.prompt_tokens),
+            # The cache holds `context` tokens per job: never let a job outgrow its share.
+            max_new_tokens=max(1, min(request.max_tokens, self.info.context_length - len(request.prompt_tokens))),
+            stop_tokens=() if request.ignore_eos else self._eos,
+            sampling=request.sampling,
+            grammar=grammar,
+            top_logprobs=request.logprobs,
+            identifier=None,
+        )
+        job = Job(request=request, spec=spec, loop=loop, queue=queue)
+        if problem is not None:
+            queue.put_nowait(
+                GenerationEvent(finish_reason="error", error=problem, prompt_tokens=len(request.prompt_tokens))
+            )
+            return EventStream(job, None)
+        job.spec = dataclasses.replace(spec, identifier=job)
+        self._scheduler.submit(job)
+        return EventStream(job, self._scheduler)
+
+    def _check(self, request: GenerationRequest) -> str | None:
+        prompt = request.prompt_tokens
+        if self._closed:
+            return "the model has been unloaded"
+        if not prompt:
+            return "the prompt is empty"
+        vocab = self.info.vocab_size
+        if vocab and (min(prompt) < 0 or max(prompt) >= vocab):
+            return f"the prompt has token ids outside this model's vocabulary (0..{vocab - 1})"
+        if len(prompt) >= self.info.context_length:
+            return (
+                f"the prompt is {len(prompt)} tokens but the context is {self.info.context_length} tokens per "
+                "request: shorten the prompt or restart the server with a larger --context"
+            )
+        if request.max_tokens < 1:
+            return "max_tokens must be at least 1"
+        return None
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        """ExLlama models are text generators: always raises EngineError."""
+        raise EngineError(
+            f"{self.info.id} is served by {self.info.engine}, which only generates text. "
+            "Serve an embedding model (a GGUF with a pooling type) with llama.cpp for /v1/embeddings."
+        )
+
+    # ----- status and shutdown -----------------------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        """Live numbers for /metrics (cheap; called from the event loop)."""
+        counters = self._scheduler.counters()
+        return EngineStats(
+            requests_running=counters.running,
+            requests_waiting=counters.waiting,
+            kv_cache_used_tokens=min(counters.kv_used_tokens, self._plan.cache_tokens),
+            kv_cache_total_tokens=self._plan.cache_tokens,
+            prefix_cache_hits=counters.prefix_hits,
+            prefix_cache_misses=counters.prefix_misses,
+            prefix_cache_hit_tokens=counters.prefix_hit_tokens,
+            memory=self._backend.memory(),
+            prefill_tokens_total=counters.prefill_tokens,
+            decode_tokens_total=counters.decode_tokens,
+        )
+
+    def close(self) -> None:
+        """Stop the scheduler (open requests end as cancelled) and free the model."""
+        if self._closed:
+            return
+        self._closed = True
+        self._scheduler.stop()
+        self._backend.close()
