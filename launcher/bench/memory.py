@@ -1,4 +1,4 @@
-"""Peak memory of the server under test, sampled while the benchmark runs.
+"""Peak memory and CPU use of the server under test, and how busy the host was, during a benchmark.
 
 Preferred source: the server process's RSS (plus its children's) through psutil, when we
 know its pid (`--server-pid`, the LAUNCHER_READY line, or the process listening on a
@@ -59,6 +59,50 @@ def process_tree_rss(pid: int) -> int | None:
                 total += int(child.memory_info().rss)
         return total
     except psutil.Error:
+        return None
+
+
+def process_tree_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process and its live children; None once it is gone."""
+    try:
+        process = psutil.Process(pid)
+        times = process.cpu_times()
+        total = times.user + times.system
+        for child in process.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                child_times = child.cpu_times()
+                total += child_times.user + child_times.system
+        return float(total)
+    except psutil.Error:
+        return None
+
+
+@dataclass(frozen=True)
+class HostLoad:
+    """How much CPU the server got, and how busy the machine was, over the measured part of a run.
+
+    On a shared machine a low `server_cores_busy` next to a high load average means the
+    numbers measure the contention more than the server.
+    """
+
+    wall_seconds: float
+    load_average_start: float | None  # 1-minute load average
+    load_average_end: float | None
+    server_cpu_seconds: float | None
+
+    @property
+    def server_cores_busy(self) -> float | None:
+        """Average number of cores the server kept busy."""
+        if self.server_cpu_seconds is None or self.wall_seconds <= 0:
+            return None
+        return self.server_cpu_seconds / self.wall_seconds
+
+
+def load_average() -> float | None:
+    """The 1-minute load average, where the OS has one."""
+    try:
+        return float(psutil.getloadavg()[0])
+    except (AttributeError, OSError):
         return None
 
 

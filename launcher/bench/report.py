@@ -142,6 +142,10 @@ def build_report(suite: SuiteResult, *, flags: dict[str, Any], label: str = "") 
         "tokens_per_word": {"value": suite.tokens_per_word, "measured": suite.tokens_per_word_measured},
         "peak_memory": {"bytes": suite.peak_memory.peak_bytes, "source": suite.peak_memory.source},
         "metrics_endpoint": suite.metrics_available,
+        "host_load": {
+            **dataclasses.asdict(suite.host_load),
+            "server_cores_busy": suite.host_load.server_cores_busy,
+        },
         "workloads": [_workload_json(w) for w in suite.workloads],
     }
 
@@ -179,7 +183,19 @@ def _header_lines(report: dict[str, Any]) -> list[str]:
         f"- tokens per filler word: {tokens_per_word['value']:.3f}"
         f" ({'measured via usage' if tokens_per_word['measured'] else 'assumed'})",
         f"- peak server memory: {format_bytes(peak['bytes'])} ({peak['source']})",
+        f"- {_load_line(report['host_load'])}",
     ]
+
+
+def _load_line(load: dict[str, Any]) -> str:
+    start, end = load["load_average_start"], load["load_average_end"]
+    text = f"host load average (1 min) {_num(start, 2)} at start, {_num(end, 2)} at end"
+    if load["server_cores_busy"] is not None:
+        text += (
+            f"; the server used {load['server_cpu_seconds']:.1f} CPU s in {load['wall_seconds']:.1f} s"
+            f" ({load['server_cores_busy']:.2f} cores busy on average)"
+        )
+    return text
 
 
 def _phase_row(name: str, phase: dict[str, Any]) -> str:

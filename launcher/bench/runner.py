@@ -19,7 +19,7 @@ import httpx
 
 from launcher.bench.workloads import BenchRequest, Phase
 
-_WORDS_FOR_CALIBRATION = (40, 440)
+_WORDS_FOR_CALIBRATION = (20, 220)
 
 
 @dataclass

@@ -103,6 +103,7 @@ def launcher_serve(
     finally:
         stop_process(process)
         reader.join(timeout=5)
+        process.stdout.close()
         if log_path:
             log.close()  # type: ignore[union-attr]
 

@@ -4,10 +4,18 @@ sample the server's memory, and read its /metrics counters around each workload.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.bench.memory import MemorySampler, PeakMemory, discover_listening_pid
+from launcher.bench.memory import (
+    HostLoad,
+    MemorySampler,
+    PeakMemory,
+    discover_listening_pid,
+    load_average,
+    process_tree_cpu_seconds,
+)
 from launcher.bench.metrics import PhaseSummary, summarize_phase
 from launcher.bench.runner import (
     PhaseResult,
@@ -74,6 +82,7 @@ class SuiteResult:
     workloads: list[WorkloadResult]
     peak_memory: PeakMemory
     metrics_available: bool
+    host_load: HostLoad
 
 
 def _counter_delta(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, float] | None:
@@ -118,6 +127,8 @@ async def run_suite(config: BenchConfig) -> SuiteResult:
 
         if sampler is not None:
             sampler.start()
+        load_start, wall_start = load_average(), time.perf_counter()
+        cpu_start = process_tree_cpu_seconds(pid) if pid is not None else None
         results: list[WorkloadResult] = []
         try:
             for workload in build_workloads(config.workloads, settings):
@@ -130,6 +141,13 @@ async def run_suite(config: BenchConfig) -> SuiteResult:
                 results.append(WorkloadResult(workload, phases, summaries, _counter_delta(before, after)))
         finally:
             peak = await sampler.stop() if sampler is not None else PeakMemory(None, "unavailable")
+            cpu_end = process_tree_cpu_seconds(pid) if pid is not None else None
+            host_load = HostLoad(
+                wall_seconds=time.perf_counter() - wall_start,
+                load_average_start=load_start,
+                load_average_end=load_average(),
+                server_cpu_seconds=cpu_end - cpu_start if cpu_start is not None and cpu_end is not None else None,
+            )
     return SuiteResult(
         config=config,
         started_at=started_at,
@@ -140,4 +158,5 @@ async def run_suite(config: BenchConfig) -> SuiteResult:
         workloads=results,
         peak_memory=peak,
         metrics_available=metrics_available,
+        host_load=host_load,
     )

@@ -41,6 +41,7 @@ def test_suite_measures_every_workload() -> None:
     # Peak memory came from the listening process (this test process) via psutil.
     assert suite.peak_memory.peak_bytes and suite.peak_memory.peak_bytes > 0
     assert "psutil" in suite.peak_memory.source
+    assert suite.host_load.server_cpu_seconds is not None and suite.host_load.server_cpu_seconds > 0
 
 
 def test_sweep_really_runs_streams_concurrently() -> None:
@@ -100,6 +101,7 @@ def test_cli_writes_json_and_markdown_reports(tmp_path: Path, capsys: pytest.Cap
     assert report["workloads"][2]["json_valid"] == {"valid": 2, "checked": 2}
     markdown = md_out.read_text()
     assert MODEL_ID in markdown and "| short | c=1 | 1 | 2/0 |" in markdown
+    assert "host load average (1 min)" in markdown
     assert markdown in capsys.readouterr().out
 
 
