@@ -10,6 +10,8 @@ See llguidance docs/syntax.md for `%json` and `/regex/` terminals.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Collection
 
 from launcher.engines.base import Constraint
 
@@ -18,9 +20,17 @@ class ConstraintError(ValueError):
     """The constraint cannot be compiled; the message says what to change."""
 
 
-def _literal(text: str) -> str:
-    # JSON string escapes are valid Lark string escapes; keep non-ASCII as is.
-    return json.dumps(text, ensure_ascii=False)
+def _literal(text: str, special_tokens: Collection[str]) -> str:
+    """Lark for literal text; added tokens in it (`<tool_call>`) become token references.
+
+    llguidance treats a tokenizer's added tokens as special: their text cannot be matched by a
+    string literal, only by `<name>`, which is also what a model emits (one token, not the letters).
+    """
+    names = sorted((t for t in special_tokens if t and t in text), key=len, reverse=True)
+    if not names:
+        return json.dumps(text, ensure_ascii=False)  # JSON escapes are valid Lark escapes
+    parts = re.split("(" + "|".join(map(re.escape, names)) + ")", text)
+    return " ".join(p if p in names else json.dumps(p, ensure_ascii=False) for p in parts if p)
 
 
 def _body(constraint: Constraint) -> str:
@@ -37,10 +47,11 @@ def _body(constraint: Constraint) -> str:
     raise ConstraintError(f"constraint kind {constraint.kind!r} is not supported by the ExLlama engines")
 
 
-def grammar_for(constraint: Constraint) -> str:
+def grammar_for(constraint: Constraint, special_tokens: Collection[str] = ()) -> str:
     """The Lark grammar text (llguidance dialect) the output must match, prefix and suffix included.
 
-    GBNF grammars are converted by llguidance itself (they cannot be wrapped in prefix/suffix text).
+    `special_tokens`: the tokenizer's added tokens (see `_literal`). GBNF grammars are converted by
+    llguidance itself (they cannot be wrapped in prefix/suffix text).
     Raises ConstraintError when the grammar is invalid.
     """
     import llguidance
@@ -52,10 +63,10 @@ def grammar_for(constraint: Constraint) -> str:
             raise ConstraintError("grammar_gbnf constraint without a grammar (pattern)")
         lark = llguidance.gbnf_to_lark.gbnf_to_lark(constraint.pattern)
     else:
-        parts = [_literal(constraint.prefix_text)] if constraint.prefix_text else []
+        parts = [_literal(constraint.prefix_text, special_tokens)] if constraint.prefix_text else []
         parts.append(_body(constraint))
         if constraint.suffix_text:
-            parts.append(_literal(constraint.suffix_text))
+            parts.append(_literal(constraint.suffix_text, special_tokens))
         lark = "start: " + " ".join(parts) + "\n"
     problem = llguidance.LLMatcher.validate_grammar(llguidance.grammar_from("lark", lark))
     if problem:

@@ -117,7 +117,7 @@ class ExLlamaEngineBase:
         backend = self._build_backend(files, plan, config)
         try:
             info = model_info(model, files, plan, self.name, backend.version)
-            return ExLlamaModel(backend, info, plan, max_queue=config.max_queue)
+            return ExLlamaModel(backend, info, plan, max_queue=config.max_queue, special_tokens=files.added_tokens)
         except BaseException:
             backend.close()
             raise

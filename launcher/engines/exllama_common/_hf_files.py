@@ -39,6 +39,7 @@ class HfModelFiles:
     bits_per_weight: float | None
     weights_bytes: int
     architecture: Architecture | None  # for the advisor's fit; None when config.json lacks the numbers
+    added_tokens: tuple[str, ...] = ()  # tokenizer.json's added tokens ("<|im_end|>", "<tool_call>")
 
     @property
     def quant_label(self) -> str | None:
@@ -156,4 +157,9 @@ def read_model_files(directory: Path, expected: ExllamaFormat) -> HfModelFiles:
         bits_per_weight=bits_per_weight,
         weights_bytes=weights,
         architecture=architecture_from_config(config, weights, bits_per_weight),
+        added_tokens=tuple(
+            str(t["content"])
+            for t in tokenizer_json.get("added_tokens", ())
+            if isinstance(t, dict) and t.get("content")
+        ),
     )

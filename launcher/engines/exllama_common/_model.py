@@ -63,8 +63,17 @@ class EventStream(AsyncIterator[GenerationEvent]):
 class ExLlamaModel:
     """An EXL3/EXL2 model whose dynamic generator runs up to `plan.parallel` requests at once."""
 
-    def __init__(self, backend: Backend, info: ModelInfo, plan: CachePlan, *, max_queue: int) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        info: ModelInfo,
+        plan: CachePlan,
+        *,
+        max_queue: int,
+        special_tokens: tuple[str, ...] = (),
+    ) -> None:
         self.info = info
+        self._special_tokens = special_tokens
         self._backend = backend
         self._plan = plan
         self._closed = False
@@ -97,7 +106,7 @@ class ExLlamaModel:
         grammar = None
         if problem is None and request.constraint is not None:
             try:
-                grammar = grammar_for(request.constraint)
+                grammar = grammar_for(request.constraint, self._special_tokens)
             except ConstraintError as err:
                 problem = str(err)
         spec = JobSpec(

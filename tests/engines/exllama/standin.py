@@ -243,7 +243,7 @@ class StandinGenerator:
     def _choose(self, job: Any) -> int:
         position = job.new_tokens
         stop_after = self.runtime.behaviour.stop_after
-        if job.stop_tokens and stop_after is not None and position >= stop_after:
+        if job.stop_tokens and stop_after is not None and position >= stop_after and job.grammar is None:
             return int(job.stop_tokens[0])
         if job.grammar is not None:
             allowed, ending = job.grammar.allowed()
