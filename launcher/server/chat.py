@@ -36,6 +36,7 @@ class ChatOptions:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stops: list[str] = field(default_factory=list)
     logprobs: int | None = None
+    ignore_eos: bool = False
     request_id: str = ""
 
 
@@ -236,6 +237,7 @@ async def start_chat(state: ServerState, options: ChatOptions) -> ChatRun:
             constraint=constraint,
             stops=options.stops,
             logprobs=options.logprobs,
+            ignore_eos=options.ignore_eos,
             request_id=options.request_id,
         )
     except ApiError:

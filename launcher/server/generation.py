@@ -187,6 +187,7 @@ async def start_generation(
     constraint: Constraint | None = None,
     stops: list[str] | None = None,
     logprobs: int | None = None,
+    ignore_eos: bool = False,
     request_id: str = "",
 ) -> Generation:
     """Start generating; raises ApiError 400 (prompt too long) or 429 (queue full) before any output."""
@@ -209,6 +210,7 @@ async def start_generation(
         sampling=sampling,
         constraint=constraint,
         logprobs=logprobs,
+        ignore_eos=ignore_eos,
         request_id=request_id,
     )
     started = time.monotonic()

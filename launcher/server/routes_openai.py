@@ -121,6 +121,7 @@ def chat_options(body: ChatCompletionRequest) -> ChatOptions:
         sampling=sampling_from(**_sampling_fields(body)),
         stops=stops_from(body.stop),
         logprobs=logprobs,
+        ignore_eos=body.ignore_eos,
     )
 
 
@@ -284,6 +285,7 @@ async def completions(request: Request) -> Any:
         sampling=sampling_from(**_sampling_fields(body)),
         stops=stops_from(body.stop),
         logprobs=body.logprobs,
+        ignore_eos=body.ignore_eos,
         request_id=completion_id,
     )
     created = int(time.time())

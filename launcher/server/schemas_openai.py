@@ -102,6 +102,7 @@ class SamplingFields(_Lenient):
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
+    ignore_eos: bool = False  # llama-server / vLLM extension: generate exactly max_tokens (benchmarks)
 
 
 class ChatCompletionRequest(SamplingFields):

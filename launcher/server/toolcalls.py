@@ -204,7 +204,14 @@ class StreamingToolParser:
         events: list[ParserEvent] = []
         if self.in_call:
             self.in_call = False
-            events.extend(self._close_call(self.buffer, None))
+            body = self.buffer
+            end = self.in_call_end
+            if end:  # the reply may stop inside the end marker (max_tokens): drop the partial marker
+                for size in range(len(end) - 1, 0, -1):
+                    if body.rstrip().endswith(end[:size]):
+                        body = body.rstrip()[:-size]
+                        break
+            events.extend(self._close_call(body, None))
         elif self.buffer:
             events.append(TextPiece(self.buffer))
         self.buffer = ""

@@ -88,3 +88,8 @@ def test_required_constraint_names_only_the_offered_tools() -> None:
     assert (
         fmt == "hermes" and constraint.schema is not None and constraint.schema["properties"]["name"] == {"const": "a"}
     )
+
+
+def test_call_cut_inside_the_end_marker_is_still_parsed() -> None:
+    content, calls = parse_tool_calls("hermes", '<tool_call>\n{"name": "f", "arguments": {"a": 1}} \n</tool')
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("f", {"a": 1})] and content == ""
