@@ -66,9 +66,17 @@ def row_from_result(result: Any) -> ModelRow:
         size_bytes=getattr(result, "size_bytes", None),
         decode_tps=decode,
         hub_repo=repo,
-        note=getattr(result, "note", None) or getattr(result, "reason", None),
+        hub_quant=str(quant) if quant else None,
+        note=_note(result),
         search_text=repo.lower(),
     )
+
+
+def _note(result: Any) -> str | None:
+    notes = [str(n) for n in (getattr(result, "note", None),) if n]
+    if getattr(result, "estimated", False):
+        notes.append("fit estimated from the file size (architecture not known)")
+    return "; ".join(notes) or None
 
 
 def search_rows(query: str, machine: Machine) -> list[ModelRow]:

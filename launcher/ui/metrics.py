@@ -38,6 +38,8 @@ class MetricsSnapshot:
     process_resident_bytes: float | None = None
 
 
+HOUSEKEEPING_ENDPOINTS = ("/metrics", "/health", "/healthz", "/v1/models", "/")
+
 _SIMPLE = {
     "launcher_prompt_tokens_total": "prompt_tokens_total",
     "launcher_generation_tokens_total": "generation_tokens_total",
@@ -66,6 +68,8 @@ def parse_metrics(text: str, now: float) -> MetricsSnapshot:
             if name in _SIMPLE:
                 values[_SIMPLE[name]] += value
             elif name == "launcher_requests_total":
+                if labels.get("endpoint", "") in HOUSEKEEPING_ENDPOINTS:
+                    continue  # our own polling is not traffic
                 values["requests_total"] += value
                 if str(labels.get("status", "200"))[:1] in ("4", "5"):
                     values["requests_failed_total"] += value

@@ -47,6 +47,7 @@ class ModelRow:
     plan: ServePlan | None = None  # local files: how `launcher serve` would run them here
     speed: SpeedEstimate | None = None
     hub_repo: str | None = None
+    hub_quant: str | None = None
     note: str | None = None  # why there is no verdict, or a problem with the files
     search_text: str = ""
 

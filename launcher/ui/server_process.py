@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from collections import deque
 from collections.abc import Callable
@@ -101,6 +102,27 @@ def serve_command(config: ServeConfig, *, log_level: str = "INFO") -> tuple[str,
     return sys.executable, ["-m", "launcher", "--log-level", log_level, "serve", *config.to_argv()]
 
 
+# Linux: the child asks the kernel for SIGTERM when the app dies (even by SIGKILL or a crash), then
+# execs the real command, keeping its pid. Without it a crashed app would leave the server running.
+_PARENT_DEATH_WRAPPER = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(0)  # the app died before we got here\n"
+    "try:\n"
+    "    os.execv(sys.argv[2], sys.argv[2:])\n"
+    "except OSError as err:\n"
+    "    sys.exit(f'cannot run {sys.argv[2]}: {err}')\n"
+)
+
+
+def with_parent_death_signal(program: str, arguments: list[str]) -> tuple[str, list[str]]:
+    """Wrap a command so it is terminated when this process dies (Linux; unchanged elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return program, arguments
+    return sys.executable, ["-c", _PARENT_DEATH_WRAPPER, str(os.getpid()), program, *arguments]
+
+
 def _child_environment() -> QProcessEnvironment:
     env = QProcessEnvironment.systemEnvironment()
     env.insert("PYTHONUNBUFFERED", "1")
@@ -169,8 +191,14 @@ class ServerProcess(QObject):
         self._load_error = None
         self._stop_requested = False
         self.endpoint = None
-        process = QProcess(self)
         program, arguments = self._command(config)
+        if shutil.which(program) is None:
+            self._set_state("starting")
+            self._finish(ServerOutcome("failed_to_start", None, None, f"{program} is not an executable program."))
+            return
+        process = QProcess(self)
+        shown = ["launcher", *arguments[2:]] if arguments[:2] == ["-m", "launcher"] else [program, *arguments]
+        program, arguments = with_parent_death_signal(program, arguments)
         process.setProgram(program)
         process.setArguments(arguments)
         process.setProcessEnvironment(_child_environment())
@@ -181,10 +209,7 @@ class ServerProcess(QObject):
         process.errorOccurred.connect(self._on_error)
         self._process = process
         self._set_state("starting")
-        self.log_line.emit(
-            "$ "
-            + " ".join(["launcher", *arguments[2:]] if arguments[:2] == ["-m", "launcher"] else [program, *arguments])
-        )
+        self.log_line.emit("$ " + " ".join(shown))
         process.start()
 
     def stop(self) -> None:

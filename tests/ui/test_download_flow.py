@@ -45,8 +45,7 @@ def test_cancel_keeps_the_partial_file_and_the_next_download_resumes(qtbot, fake
     fake = fake_hub.add_repo("org/Cancel", {"c-Q4_K_M.gguf": data})["c-Q4_K_M.gguf"]
     fake.hold_after = 16 * MB
     first = DownloadWorker("org/Cancel")
-    with qtbot.waitSignal(first.progress, timeout=30_000, check_params_cb=lambda e: e.bytes_done > 0):
-        first.start()
+    first.start()
     qtbot.waitUntil(lambda: fake_hub.served_for("c-Q4_K_M.gguf") >= 16 * MB, timeout=30_000)
     with qtbot.waitSignal(first.cancelled, timeout=30_000) as cancelled:
         first.cancel()
@@ -75,3 +74,23 @@ def test_failed_download_says_why(qtbot, fake_hub) -> None:  # type: ignore[no-u
         worker.start()
     worker.wait()
     assert "org/DoesNotExist" in failed.args[0]
+
+
+def test_hub_search_then_download_adds_a_local_model(qtbot, fake_hub, tiny_gguf) -> None:  # type: ignore[no-untyped-def]
+    fake_hub.add_repo(
+        "someone/Tiny-Chat-GGUF", {"tiny-chat-Q4_K_M.gguf": tiny_gguf.read_bytes()}, tags=["gguf"], downloads=1234
+    )
+    panel = ModelsPanel()
+    qtbot.addWidget(panel)
+    with qtbot.waitSignal(panel.rows_changed, timeout=30_000):
+        panel.set_machine(load_recorded("cpu-avx2-laptop-16gb"), this_machine=False)
+    panel.search.setText("Tiny-Chat")
+    with qtbot.waitSignal(panel.hub_results_changed, timeout=30_000) as found:
+        panel.hub_button.click()
+    assert [row.hub_repo for row in found.args[0]] == ["someone/Tiny-Chat-GGUF"]
+    assert panel.list.select_key("hub:someone/Tiny-Chat-GGUF")
+    assert panel.list.currentItem().text(4) == "On the Hub"
+    with qtbot.waitSignal(panel.rows_changed, timeout=60_000):
+        panel.actions.download_button.click()
+    local = [row for row in panel.rows if row.kind == "local" and row.local and row.local.repo_id]
+    assert any(row.local.repo_id == "someone/Tiny-Chat-GGUF" and row.serve_spec for row in local)

@@ -126,3 +126,33 @@ def test_real_server_killed_is_reported_as_a_crash(qtbot, tiny_gguf) -> None:  #
     outcome: ServerOutcome = finished.args[0]
     assert outcome.kind == "crashed"
     assert "crashed" in str(outcome)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_server_dies_with_a_crashed_app(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+
+    app_script = (
+        "import sys\n"
+        "from PySide6.QtCore import QCoreApplication\n"
+        "from launcher.core.config import ServeConfig\n"
+        "from launcher.ui.server_process import ServerProcess\n"
+        "app = QCoreApplication([])\n"
+        "server = ServerProcess(command=lambda c: (sys.executable, ['-c', 'import time; time.sleep(600)']))\n"
+        "server.started.connect(lambda: print(server.pid, flush=True))\n"
+        "server.start(ServeConfig())\n"
+        "app.exec()\n"
+    )
+    app = subprocess.Popen([sys.executable, "-c", app_script], stdout=subprocess.PIPE, text=True)
+    try:
+        server_pid = int(app.stdout.readline())
+        server = psutil.Process(server_pid)
+        assert server.is_running()
+    finally:
+        app.kill()  # the app "crashes": no aboutToQuit, no destructor
+        app.wait()
+        app.stdout.close()
+    _gone, alive = psutil.wait_procs([server], timeout=20)
+    for process in alive:
+        process.kill()
+    assert not alive, "the server outlived the app"

@@ -24,6 +24,7 @@ class ChatPanel(QWidget):
         self.endpoint: ServerEndpoint | None = None
         self.messages: list[dict[str, Any]] = []
         self.worker: ChatWorker | None = None
+        self.max_tokens = 512
         self._reply: list[str] = []
 
         layout = QVBoxLayout(self)
@@ -93,7 +94,12 @@ class ChatPanel(QWidget):
         self._append(self.endpoint.model, "")
         self._reply = []
         worker = ChatWorker(
-            self.endpoint.base_url, self.endpoint.model, list(self.messages), api_key=self.endpoint.api_key, parent=self
+            self.endpoint.base_url,
+            self.endpoint.model,
+            list(self.messages),
+            api_key=self.endpoint.api_key,
+            max_tokens=self.max_tokens,
+            parent=self,
         )
         worker.delta.connect(self._delta)
         worker.completed.connect(self._completed)

@@ -90,6 +90,7 @@ class ModelsPanel(QWidget):
 
     serve_requested = Signal(object)
     rows_changed = Signal(list)
+    hub_results_changed = Signal(list)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -209,10 +210,12 @@ class ModelsPanel(QWidget):
         self.hub_results = rows
         self.message.setText(f"{len(rows)} repos on the Hub match." if rows else "Nothing on the Hub matches.")
         self._refilter()
+        self.hub_results_changed.emit(rows)
 
     def _hub_failed(self, text: str) -> None:
         self.hub_button.setEnabled(True)
         self.message.setText(f"Hub search failed: {text}")
+        self.hub_results_changed.emit([])
 
     def import_file(self) -> None:
         """Pick a GGUF file (or a model folder) to add to the library without copying it."""
@@ -240,7 +243,7 @@ class ModelsPanel(QWidget):
         self.actions.download_button.setEnabled(bool(can_download) and not downloading)
         if row is not None and can_download:
             size = f" ({format_bytes(row.size_bytes)})" if row.size_bytes else ""
-            quant = row.recommendation.choice.quant if row.recommendation else ""
+            quant = row.recommendation.choice.quant if row.recommendation else (row.hub_quant or "")
             self.actions.download_button.setText(f"Download {quant}{size}".replace("  ", " "))
         if row is not None and row.serve_spec is None and not can_download and row.note:
             self.actions.set_idle(row.note)
@@ -263,7 +266,7 @@ class ModelsPanel(QWidget):
         if row.catalog is not None and row.recommendation is not None:
             spec, fmt, quant = row.catalog.id, row.recommendation.choice.format, row.recommendation.choice.quant
         elif row.hub_repo:
-            spec = row.hub_repo
+            spec, quant = row.hub_repo, row.hub_quant
         else:
             return
         worker = DownloadWorker(spec, fmt=fmt, quant=quant, machine=self.machine, parent=self)
