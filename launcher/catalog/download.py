@@ -2,10 +2,10 @@
 
 The cache layout is huggingface_hub's own (blobs/<etag>, snapshots/<commit>/<path> -> blob,
 refs/<branch>), so every HF tool sees what we pulled and we see what they pulled. The bytes
-go through huggingface_hub's `http_get` (its session, headers, retries and Range resume), but
-into a partial file with a stable name, `blobs/<etag>.incomplete`: huggingface_hub 2.x writes
-to a per-process name and deletes it on failure, so a killed process would restart from zero.
-Here a later run (or the same one after a cancel) resumes from the bytes on disk.
+go through huggingface_hub's HTTP session (see transfer.py) into a partial file with a stable
+name, `blobs/<etag>.incomplete`: huggingface_hub 2.x writes to a per-process name and deletes
+it on failure, so a killed process would restart from zero. Here a later run (or the same one
+after a cancel) resumes from the bytes on disk with a Range request.
 
 A blob is renamed into place only after its hash matches the Hub's (sha256 from the LFS
 metadata; git blob sha1 for small files), and only then is it linked into the snapshot:
@@ -15,9 +15,7 @@ nothing half-written or corrupted ever counts as a model.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
-import queue
 import re
 import shutil
 import threading
@@ -28,7 +26,7 @@ from typing import Any, NamedTuple
 from urllib.parse import urlparse
 
 from huggingface_hub import get_hf_file_metadata, hf_hub_url
-from huggingface_hub.file_download import HfFileMetadata, http_get, repo_folder_name
+from huggingface_hub.file_download import HfFileMetadata, repo_folder_name
 from huggingface_hub.utils import WeakFileLock, build_hf_headers  # type: ignore[attr-defined]  # lazily exported
 
 from launcher.catalog.hub_client import (
@@ -39,7 +37,8 @@ from launcher.catalog.hub_client import (
     translate_hub_error,
 )
 from launcher.catalog.progress import ProgressCallback, ProgressTracker
-from launcher.core.errors import ChecksumError, DiskFullError, DownloadError, LauncherError
+from launcher.catalog.transfer import BackgroundHasher, stream_to_file
+from launcher.core.errors import ChecksumError, DiskFullError, DownloadError
 from launcher.core.units import format_bytes
 from launcher.engines.base import LocalModel, ModelFormat
 
@@ -218,33 +217,23 @@ def _download_blob(
         already = 0
     expected_sha256 = remote.sha256 or (etag if _SHA256.match(etag) else None)
     expected_oid = None if expected_sha256 else (remote.git_oid or (etag if _GIT_OID.match(etag) else None))
-    hasher = _BackgroundHasher(
-        hashlib.sha256() if expected_sha256 else hashlib.sha1(b"blob %d\0" % (size or 0)), partial, already
-    )
+    if expected_sha256 or size is None:
+        hasher = BackgroundHasher.sha256(partial, already)
+    else:
+        hasher = BackgroundHasher.git_blob(size, partial, already)
     tracker.start_file(remote.path, already_on_disk=already)
     try:
-        with partial.open("ab") as handle:
-            http_get(
-                url,
-                _HashingWriter(handle, hasher),  # type: ignore[arg-type]
-                resume_size=already,
-                headers=headers,
-                expected_size=size,
-                displayed_filename=remote.path,
-                tqdm_class=tracker.tqdm_class(),
-            )
+        stream_to_file(url, partial, headers=headers, expected_size=size, hasher=hasher, on_bytes=tracker.advance)
     except OSError as err:
         hasher.abort()
         if err.errno == errno.ENOSPC:
             raise DiskFullError(
-                f"The disk filled up while downloading {remote.path}; free some space and run the pull again "
-                "to resume."
+                f"The disk filled up while downloading {remote.path}; free some space and run the pull "
+                "again to resume."
             ) from None
         if isinstance(err, HUB_EXCEPTIONS):
             raise translate_hub_error(err, plan.repo_id, HubContext.from_env(), file=remote.path) from None
-        raise DownloadError(
-            f"Downloading {remote.path} failed: {err}. Run the pull again to resume."
-        ) from None
+        raise DownloadError(f"Downloading {remote.path} failed: {err}. Run the pull again to resume.") from None
     except HUB_EXCEPTIONS as err:
         hasher.abort()
         raise translate_hub_error(err, plan.repo_id, HubContext.from_env(), file=remote.path) from None
@@ -254,8 +243,7 @@ def _download_blob(
     tracker.verifying()
     digest = hasher.hexdigest()
     expected = expected_sha256 or expected_oid
-    checkable = expected_sha256 is not None or size is not None  # a git hash needs the size up front
-    if expected and checkable and digest != expected:
+    if expected and digest != expected:
         partial.unlink(missing_ok=True)
         kind = "sha256" if expected_sha256 else "git hash"
         raise ChecksumError(
@@ -293,102 +281,3 @@ def _write_ref(storage: Path, revision: str, commit: str) -> None:
 def remove_partial(storage: Path, etag: str) -> None:
     """Delete a partial download (used by `launcher models rm` for interrupted pulls)."""
     (storage / "blobs" / f"{etag}.incomplete").unlink(missing_ok=True)
-
-
-class _BackgroundHasher:
-    """Hashes the bytes on their way to disk on another thread (hashlib releases the GIL), so
-    checking the sha256 costs no extra pass and hardly any download time."""
-
-    _STOP = b""
-
-    def __init__(self, digest: Any, resume_from: Path, resume_bytes: int) -> None:
-        self._digest = digest
-        self._initial = digest.copy()
-        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
-        self._aborted = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._run, args=(resume_from, resume_bytes), name="sha256", daemon=True
-        )
-        self._thread.start()
-
-    def _run(self, resume_from: Path, resume_bytes: int) -> None:
-        try:
-            if resume_bytes:  # the bytes an earlier attempt left on disk
-                with resume_from.open("rb") as handle:
-                    left = resume_bytes
-                    while left and not self._aborted.is_set():
-                        block = handle.read(min(_READ_BLOCK, left))
-                        if not block:
-                            break
-                        self._digest.update(block)
-                        left -= len(block)
-            while True:
-                item = self._queue.get()
-                if item is None:
-                    return
-                if item is self._STOP:
-                    self._digest = self._initial.copy()  # the writer restarted from byte 0
-                    continue
-                self._digest.update(item)
-        except BaseException as err:  # reported by hexdigest()
-            self._error = err
-
-    def feed(self, data: bytes) -> None:
-        """Queue bytes to hash (blocks when the hasher is behind, bounding memory)."""
-        self._queue.put(data)
-
-    def restart(self) -> None:
-        """Forget everything hashed so far (the server ignored a Range request)."""
-        self._queue.put(self._STOP)
-
-    def hexdigest(self) -> str:
-        """Wait for the queued bytes and return the digest."""
-        self._queue.put(None)
-        self._thread.join()
-        if self._error is not None:
-            raise LauncherError(f"Could not check the downloaded file: {self._error}")
-        result: str = self._digest.hexdigest()
-        return result
-
-    def abort(self) -> None:
-        """Stop without a result."""
-        self._aborted.set()
-        try:
-            self._queue.put_nowait(None)
-        except queue.Full:
-            while True:  # drain so the thread reaches the sentinel
-                try:
-                    self._queue.get_nowait()
-                except queue.Empty:
-                    break
-            self._queue.put(None)
-        self._thread.join(timeout=5)
-
-
-class _HashingWriter:
-    """The file object handed to `http_get`: writes to disk and feeds the hasher."""
-
-    def __init__(self, handle: Any, hasher: _BackgroundHasher) -> None:
-        self._handle = handle
-        self._hasher = hasher
-
-    def write(self, data: bytes) -> int:
-        written: int = self._handle.write(data)
-        self._hasher.feed(bytes(data))
-        return written
-
-    def tell(self) -> int:
-        position: int = self._handle.tell()
-        return position
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        position: int = self._handle.seek(offset, whence)
-        return position
-
-    def truncate(self, size: int | None = None) -> int:
-        """http_get truncates to restart from 0 when a server ignores Range: restart the hash too."""
-        result: int = self._handle.truncate(size)
-        if (size if size is not None else self._handle.tell()) == 0:
-            self._hasher.restart()
-        return result

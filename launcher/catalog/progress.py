@@ -1,9 +1,10 @@
 """Download progress: bytes done/total, speed and ETA as plain events, for the terminal and the app.
 
-One `ProgressTracker` follows a whole pull (several files). huggingface_hub reports bytes through
-a `tqdm_class`; `tracker.tqdm_class()` returns an adapter that forwards them here. Cancellation
-is a `threading.Event` checked on every update: raising inside the update aborts the transfer
-mid-file and leaves the partial file in place, ready to resume.
+One `ProgressTracker` follows a whole pull (several files); the downloader calls `advance` for
+every piece written. For transfers driven by huggingface_hub itself (`hf_hub_download`,
+`snapshot_download`), `tracker.tqdm_class()` is a `tqdm_class` adapter feeding the same tracker.
+Cancellation is a `threading.Event` checked on every update: raising inside the update aborts the
+transfer mid-file and leaves the partial file in place, ready to resume.
 
 Callbacks run on the download thread: the app must only emit a signal from them, never touch widgets.
 """
