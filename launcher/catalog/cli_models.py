@@ -29,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add.add_argument("path", help="a .gguf file (first shard of a split) or a model folder")
     add.add_argument("--name", help="the name to serve it under (default: the file or folder name)")
     remove = actions.add_parser("rm", help="delete a downloaded model, or forget an imported one")
-    remove.add_argument("name", help="the name shown by `launcher models`")
+    remove.add_argument("name", nargs="?", help="the name shown by `launcher models`")
+    remove.add_argument("--partial", action="store_true", help="delete interrupted downloads (of NAME's repo, or all)")
     remove.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
 
 
@@ -39,7 +40,13 @@ def run(args: argparse.Namespace) -> int:
         return _list_catalog(args.json)
     if args.action == "add":
         return _add(args.path, args.name)
+    if args.action == "rm" and args.partial:
+        return _remove_partial(args.name, args.yes)
     if args.action == "rm":
+        if not args.name:
+            from launcher.core.errors import ConfigError
+
+            raise ConfigError("Say which model to remove: launcher models rm NAME (or --partial).")
         return _remove(args.name, args.yes)
     return _list(args.json, engines=not args.no_engines)
 
@@ -67,7 +74,19 @@ def _list(as_json: bool, *, engines: bool) -> int:
         return 0
     for row in rows:
         print(format_row(row))
+    _print_partials()
     return 0
+
+
+def _print_partials() -> None:
+    from launcher.catalog.download import partial_downloads
+    from launcher.core.units import format_bytes
+
+    partials = partial_downloads()
+    if partials:
+        print("\nInterrupted downloads (the same `launcher pull` resumes them; `models rm --partial` drops them):")
+        for partial in partials:
+            print(f"  {partial.repo_id}: {format_bytes(partial.size_bytes)} in {partial.path.name}")
 
 
 def _engine_status() -> dict[str, str | None] | None:
@@ -169,6 +188,22 @@ def _remove(name: str, yes: bool) -> int:
         return 1
     freed = delete_hf_entry(entry)
     print(f"Deleted {entry.name}; freed {format_bytes(freed)}.")
+    return 0
+
+
+def _remove_partial(repo_id: str | None, yes: bool) -> int:
+    from launcher.catalog.download import discard_partial_downloads, partial_downloads
+    from launcher.core.units import format_bytes
+
+    partials = [p for p in partial_downloads() if repo_id is None or p.repo_id == repo_id]
+    if not partials:
+        print("No interrupted downloads.")
+        return 0
+    total = sum(p.size_bytes for p in partials)
+    if not yes and not _confirm(f"Delete {len(partials)} partial download(s), {format_bytes(total)}?"):
+        return 1
+    freed = discard_partial_downloads(repo_id)
+    print(f"Deleted partial downloads; freed {format_bytes(freed)}.")
     return 0
 
 

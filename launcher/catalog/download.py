@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import urlparse
 
-from huggingface_hub import get_hf_file_metadata, hf_hub_url
+from huggingface_hub import get_hf_file_metadata, hf_hub_url, scan_cache_dir
+from huggingface_hub.errors import CacheNotFound
 from huggingface_hub.file_download import HfFileMetadata, repo_folder_name
 from huggingface_hub.utils import WeakFileLock, build_hf_headers  # type: ignore[attr-defined]  # lazily exported
 
@@ -33,6 +34,7 @@ from launcher.catalog.hub_client import (
     HUB_EXCEPTIONS,
     HubContext,
     is_offline,
+    models_cache_dir,
     offline_error,
     translate_hub_error,
 )
@@ -194,7 +196,7 @@ def fetch_file(
                 headers = build_hf_headers(token=ctx.token)
                 if urlparse(source).netloc != urlparse(url).netloc:
                     headers.pop("authorization", None)  # never send the token to a CDN
-                _download_blob(plan, remote, source, headers, size, meta.etag, blob, tracker)
+                _download_blob(plan, remote, source, headers, size, meta.etag, blob, tracker, ctx)
                 tracker.finish_file()
     _link(blob, pointer)
     return pointer
@@ -209,6 +211,7 @@ def _download_blob(
     etag: str,
     blob: Path,
     tracker: ProgressTracker,
+    ctx: HubContext,
 ) -> None:
     partial = blob.with_name(f"{etag}.incomplete")
     already = partial.stat().st_size if partial.exists() else 0
@@ -232,11 +235,11 @@ def _download_blob(
                 "again to resume."
             ) from None
         if isinstance(err, HUB_EXCEPTIONS):
-            raise translate_hub_error(err, plan.repo_id, HubContext.from_env(), file=remote.path) from None
+            raise translate_hub_error(err, plan.repo_id, ctx, file=remote.path) from None
         raise DownloadError(f"Downloading {remote.path} failed: {err}. Run the pull again to resume.") from None
     except HUB_EXCEPTIONS as err:
         hasher.abort()
-        raise translate_hub_error(err, plan.repo_id, HubContext.from_env(), file=remote.path) from None
+        raise translate_hub_error(err, plan.repo_id, ctx, file=remote.path) from None
     except BaseException:
         hasher.abort()
         raise
@@ -278,6 +281,36 @@ def _write_ref(storage: Path, revision: str, commit: str) -> None:
         ref.write_text(commit)
 
 
-def remove_partial(storage: Path, etag: str) -> None:
-    """Delete a partial download (used by `launcher models rm` for interrupted pulls)."""
-    (storage / "blobs" / f"{etag}.incomplete").unlink(missing_ok=True)
+@dataclass(frozen=True)
+class PartialDownload:
+    """An interrupted download kept for resuming (ours, or another HF tool's leftover)."""
+
+    repo_id: str
+    path: Path
+    size_bytes: int
+
+
+def partial_downloads(cache_dir: Path | None = None) -> list[PartialDownload]:
+    """`blobs/*.incomplete` files in the cache, as huggingface_hub's scan reports them."""
+    cache_dir = cache_dir or models_cache_dir()
+    try:
+        info = scan_cache_dir(cache_dir)
+    except CacheNotFound:
+        return []
+    found = []
+    for item in info.incomplete_files:
+        folder = item.file_path.parent.parent.name  # models--owner--name
+        kind, _, name = folder.partition("--")
+        if kind == "models":
+            found.append(PartialDownload(name.replace("--", "/"), item.file_path, item.size_on_disk))
+    return sorted(found, key=lambda p: (p.repo_id, p.path.name))
+
+
+def discard_partial_downloads(repo_id: str | None = None, cache_dir: Path | None = None) -> int:
+    """Delete partial downloads (of one repo, or all); returns the bytes freed."""
+    freed = 0
+    for partial in partial_downloads(cache_dir):
+        if repo_id is None or partial.repo_id == repo_id:
+            partial.path.unlink(missing_ok=True)
+            freed += partial.size_bytes
+    return freed

@@ -121,3 +121,17 @@ def test_search_exl3_lists_branches(fake_hub: FakeHub, capsys: pytest.CaptureFix
     ]
     # The memory fit is the advisor's; that ExLlamaV3 cannot run on a GPU-less laptop is said beside it.
     assert all("exllamav3" in v["engine_note"] for v in result["variants"])
+
+
+def test_interrupted_downloads_are_listed_and_can_be_dropped(capsys: pytest.CaptureFixture[str]) -> None:
+    from launcher.core import paths
+
+    blobs = paths.hf_cache_dir() / "models--org--Half" / "blobs"
+    blobs.mkdir(parents=True)
+    partial = blobs / f"{'a' * 64}.incomplete"
+    partial.write_bytes(b"\0" * 2048)
+    assert main(["models", "--no-engines"]) == 0
+    assert "org/Half: 2.0 KiB" in capsys.readouterr().out
+    assert main(["models", "rm", "--partial", "--yes"]) == 0
+    assert "freed 2.0 KiB" in capsys.readouterr().out
+    assert not partial.exists()
