@@ -134,20 +134,32 @@ def format_row(row: dict[str, Any]) -> str:
     else:
         engine = "-" if row["engine_note"] == "not checked" else f"none here ({row['engine_note']})"
     head = f"{row['name']}  [{row['source']}] {row['format']} {row['quant'] or ''}  {size}  engine: {engine}"
+    if row["catalog_id"] and row["catalog_id"] != row["name"]:
+        head += f"  (catalog: {row['catalog_id']})"
     arch = row["architecture"]
-    if row["problem"]:
+    if row["source"] == "starter" and row["problem"]:
+        detail = f"    ({row['problem']} from its PyPI package)"
+    elif row["problem"]:
         detail = f"    ! {row['problem']}"
     elif arch:
         extra = f", sliding window {arch['sliding_window']}" if arch.get("sliding_window") else ""
         moe = f", {arch['experts_active']}/{arch['experts']} experts" if arch.get("experts") else ""
         template = {True: ", chat template", False: ", no chat template", None: ""}[row["chat_template"]]
         detail = (
-            f"    {arch['params_total_b']:.2f}B params, {arch['layers']} layers, {arch['attention_heads']} heads "
+            f"    {_params(arch['params_total_b'])} params, {arch['layers']} layers, {arch['attention_heads']} heads "
             f"({arch['kv_heads']} KV), head dim {arch['head_dim']}, context {arch['max_context']}{extra}{moe}{template}"
         )
     else:
         detail = f"    {row['path']}"
     return f"{head}\n{detail}"
+
+
+def _params(billions: float) -> str:
+    """4.02B, 268M, 0.3M: a readable parameter count."""
+    if billions >= 1:
+        return f"{billions:.2f}B"
+    millions = billions * 1000
+    return f"{millions:.0f}M" if millions >= 10 else f"{millions:.1f}M"
 
 
 def _add(path: str, name: str | None) -> int:
