@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
@@ -29,9 +30,6 @@ from launcher.core.errors import LauncherError
 from launcher.core.settings import Settings, WindowGeometry
 from launcher.hardware.machine import Machine
 from launcher.ui import theme, workers
-from launcher.ui.metrics import LiveSample
-from launcher.ui.metrics_poller import MetricsPoller
-from launcher.ui.model_rows import ModelRow, prediction_for
 from launcher.ui.panels.agents import AgentsPanel
 from launcher.ui.panels.chat import ChatPanel
 from launcher.ui.panels.gauges import GaugesPanel
@@ -41,6 +39,11 @@ from launcher.ui.panels.models import ModelsPanel
 from launcher.ui.panels.server import ServerPanel
 from launcher.ui.panels.settings import SettingsPanel
 from launcher.ui.server_process import ServerEndpoint, ServerOutcome, ServerProcess
+
+if TYPE_CHECKING:  # heavy (HTTP client, advisor, catalog): imported when first needed
+    from launcher.ui.metrics import LiveSample
+    from launcher.ui.metrics_poller import MetricsPoller
+    from launcher.ui.model_rows import ModelRow
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +96,7 @@ class MainWindow(QMainWindow):
         self.machine_page = MachinePanel()
         self.models_page = ModelsPanel()
         self.models_page.serve_requested.connect(self.serve_row)
+        self.models_page.rows_changed.connect(self._rows_loaded)
         self.server_panel = ServerPanel(self.server)
         self.server_panel.load_config(self.settings.serve)
         self.gauges = GaugesPanel()
@@ -110,7 +114,7 @@ class MainWindow(QMainWindow):
         self._page_index: dict[str, int] = {}
         self.add_page("models", "Models", self.models_page)
         self.add_page("server", "Server", self._server_page())
-        self.add_page("agents", "Connect an agent", self.agents_page)
+        self.add_page("agents", "Agents", self.agents_page)
         self.add_page("chat", "Chat", self.chat_page)
         self.add_page("machine", "This machine", self.machine_page)
         self.add_page("logs", "Server log", self.logs_page)
@@ -215,6 +219,17 @@ class MainWindow(QMainWindow):
             self.server.finished.connect(self._start_after_stop)
             self.server.stop()
 
+    def _rows_loaded(self, rows: list[ModelRow]) -> None:
+        """Preselect the last served model (or the starter) so Start works without visiting Models."""
+        if self.served_row is not None or self.server.state != "stopped":
+            return
+        wanted = self.settings.last_model
+        row = next((r for r in rows if r.key == wanted and r.serve_spec is not None), None)
+        row = row or next((r for r in rows if r.catalog is not None and r.catalog.starter), None)
+        if row is not None and row.serve_spec is not None:
+            self.served_row = row
+            self.server_panel.set_model(row.serve_spec, row.title)
+
     def _start_after_stop(self, _outcome: object) -> None:
         self.server.finished.disconnect(self._start_after_stop)
         self.server_panel.start()
@@ -239,6 +254,9 @@ class MainWindow(QMainWindow):
     def _server_ready(self, endpoint: ServerEndpoint) -> None:
         self.status_label.setText(f"Serving {endpoint.model} at {endpoint.base_url}")
         self.gauges.reset()
+        from launcher.ui.metrics_poller import MetricsPoller
+        from launcher.ui.model_rows import prediction_for
+
         if self.machine is not None and self.served_row is not None:
             self.gauges.set_prediction(
                 prediction_for(self.served_row, self.machine, endpoint.context_length, endpoint.parallel)

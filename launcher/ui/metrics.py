@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from prometheus_client.parser import text_string_to_metric_families
-
 
 @dataclass(frozen=True)
 class MetricsSnapshot:
@@ -60,6 +58,8 @@ _SIMPLE = {
 
 def parse_metrics(text: str, now: float) -> MetricsSnapshot:
     """Read the contract-2 metric names out of one Prometheus text scrape."""
+    from prometheus_client.parser import text_string_to_metric_families  # only once a server runs
+
     values: dict[str, float] = defaultdict(float)
     engine_memory: dict[str, float] = {}
     for family in text_string_to_metric_families(text):

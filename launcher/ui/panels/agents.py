@@ -7,6 +7,7 @@ Everything agent-specific comes from `launcher.integrations` (Qt-free); this pag
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QGuiApplication
@@ -25,21 +26,20 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from launcher.integrations import (
-    AGENTS,
-    SHELLS,
-    AgentSetup,
-    ConfigEdit,
-    EditResult,
-    Endpoint,
-    LiveTestReport,
-    apply_edit,
-    plan_edit,
-    run_live_test,
-)
 from launcher.ui import theme, workers
 from launcher.ui.server_process import ServerEndpoint
 from launcher.ui.widgets.card import Card, CopyField, muted
+
+if TYPE_CHECKING:
+    from launcher.integrations import AgentSetup, ConfigEdit, EditResult, Endpoint, LiveTestReport
+
+
+def _api() -> Any:
+    """`launcher.integrations`, imported on first use so it does not slow the window's start."""
+    import launcher.integrations
+
+    return launcher.integrations
+
 
 STATUS_STYLE = {
     "pass": ("✔ pass", theme.GOOD),
@@ -51,7 +51,7 @@ STATUS_STYLE = {
 
 def endpoint_for(server: ServerEndpoint) -> Endpoint:
     """The integrations' Endpoint for a running server."""
-    return Endpoint(server.base_url, server.api_key, server.model, server.context_length or None)
+    return _api().Endpoint(server.base_url, server.api_key, server.model, server.context_length or None)
 
 
 def _code_box(text: str) -> QPlainTextEdit:
@@ -92,8 +92,6 @@ class AgentsPanel(QWidget):
         row = QHBoxLayout()
         self.agent_list = QListWidget()
         self.agent_list.setAccessibleName("Agents")
-        for agent in AGENTS.values():
-            self.agent_list.addItem(agent.name)
         self.agent_list.setFixedWidth(self.fontMetrics().horizontalAdvance("M") * 11)
         self.agent_list.currentRowChanged.connect(self._render)
         row.addWidget(self.agent_list, 0, Qt.AlignmentFlag.AlignTop)
@@ -107,11 +105,25 @@ class AgentsPanel(QWidget):
         self.test_button: QPushButton | None = None
         self.results: QTreeWidget | None = None
         self.status: QLabel | None = None
+        self._agents_loaded = False
+
+    def _ensure_agents(self) -> None:
+        if self._agents_loaded:
+            return
+        self._agents_loaded = True
+        for agent in _api().AGENTS.values():
+            self.agent_list.addItem(agent.name)
         self.agent_list.setCurrentRow(0)
+
+    def showEvent(self, event: object) -> None:
+        """Load the agent list the first time the page is shown."""
+        self._ensure_agents()
+        super().showEvent(event)
 
     # -- public ----------------------------------------------------------------------------
     def set_endpoint(self, server: ServerEndpoint | None) -> None:
         """Render the settings for this server (None: not running)."""
+        self._ensure_agents()
         self.endpoint = endpoint_for(server) if server is not None else None
         self.info.setText(
             f"Settings for {server.model} at {server.base_url}."
@@ -122,18 +134,21 @@ class AgentsPanel(QWidget):
 
     def select_agent(self, agent_id: str) -> None:
         """Show one agent by id ("claude-code", "codex", ...)."""
-        self.agent_list.setCurrentRow(list(AGENTS).index(agent_id))
+        self._ensure_agents()
+        self.agent_list.setCurrentRow(list(_api().AGENTS).index(agent_id))
 
     @property
     def agent_id(self) -> str:
         """The agent shown."""
-        return list(AGENTS)[max(0, self.agent_list.currentRow())]
+        self._ensure_agents()
+        return list(_api().AGENTS)[max(0, self.agent_list.currentRow())]
 
     # -- rendering -------------------------------------------------------------------------
     def _render(self, index: int) -> None:
         if index < 0:
             return
-        agent = AGENTS[list(AGENTS)[index]]
+        agents = _api().AGENTS
+        agent = agents[list(agents)[index]]
         content = QWidget()
         body = QVBoxLayout(content)
         body.setContentsMargins(4, 0, 4, 0)
@@ -176,7 +191,7 @@ class AgentsPanel(QWidget):
         if setup.env or setup.command:
             env = Card("Environment")
             shell = QComboBox()
-            shell.addItems(list(SHELLS))
+            shell.addItems(list(_api().SHELLS))
             snippet = _code_box(setup.shell_snippet("bash"))
             shell.currentTextChanged.connect(lambda name: snippet.setPlainText(setup.shell_snippet(name)))
             top = QHBoxLayout()
@@ -227,7 +242,7 @@ class AgentsPanel(QWidget):
     # -- actions ---------------------------------------------------------------------------
     def write_config(self, edit: ConfigEdit, *, confirm: bool = True) -> EditResult | None:
         """Show the change, ask, then merge into the agent's config file (backup first)."""
-        plan = plan_edit(edit, home=self.home)
+        plan = _api().plan_edit(edit, home=self.home)
         if not plan.changed:
             if self.status:
                 self.status.setText(f"{plan.path} already has these settings.")
@@ -241,7 +256,7 @@ class AgentsPanel(QWidget):
             )
             if answer != QMessageBox.StandardButton.Yes:
                 return None
-        result = apply_edit(edit, home=self.home)
+        result = _api().apply_edit(edit, home=self.home)
         if self.status:
             self.status.setText(str(result))
         self.config_written.emit(result)
@@ -256,7 +271,11 @@ class AgentsPanel(QWidget):
             self.test_button.setEnabled(False)
             self.test_button.setText("Testing…")
         workers.run_in_background(
-            run_live_test, self.endpoint, AGENTS[self.agent_id], on_done=self._test_done, on_failed=self._test_failed
+            _api().run_live_test,
+            self.endpoint,
+            _api().AGENTS[self.agent_id],
+            on_done=self._test_done,
+            on_failed=self._test_failed,
         )
 
     def _test_done(self, report: LiveTestReport) -> None:

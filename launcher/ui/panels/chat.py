@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QKeySequence, QShortcut, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QTextEdit, QVBoxLayout, QWidget
 
 from launcher.ui import theme
-from launcher.ui.chat_worker import ChatResult, ChatWorker
 from launcher.ui.server_process import ServerEndpoint
 from launcher.ui.widgets.card import muted
+
+if TYPE_CHECKING:  # httpx loads on the first message, not at start-up
+    from launcher.ui.chat_worker import ChatResult, ChatWorker
 
 
 class ChatPanel(QWidget):
@@ -93,6 +95,8 @@ class ChatPanel(QWidget):
         self._append("You", text)
         self._append(self.endpoint.model, "")
         self._reply = []
+        from launcher.ui.chat_worker import ChatWorker
+
         worker = ChatWorker(
             self.endpoint.base_url,
             self.endpoint.model,

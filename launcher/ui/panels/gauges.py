@@ -148,6 +148,12 @@ class GaugesPanel(Card):
 
     def _update_comparison(self) -> None:
         prediction = self.prediction
+        if prediction is None and self.last_sample is None:
+            self.memory_compare.setText(
+                "Start the server to set the advisor's memory and speed predictions against measurements."
+            )
+            self.speed_compare.setText("")
+            return
         if prediction is None or prediction.memory_bytes is None:
             self.memory_compare.setText("Memory: no prediction for this model (the advisor has no numbers for it).")
         elif self.last_sample is None:

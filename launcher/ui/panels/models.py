@@ -5,6 +5,8 @@ recommendation card for the selected model with a "Serve" button.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -20,19 +22,35 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from launcher.catalog.progress import ProgressEvent, format_duration
 from launcher.core.units import format_bytes
 from launcher.hardware.machine import Machine
-from launcher.ui import hub_rows, workers
-from launcher.ui.download_worker import DownloadWorker
-from launcher.ui.model_rows import ModelRow, build_rows
+from launcher.ui import workers
 from launcher.ui.panels.recommendation import RecommendationPanel
 from launcher.ui.widgets.card import Card, muted
 from launcher.ui.widgets.model_list import ModelList
 
+if TYPE_CHECKING:  # the catalog, advisor and Hub client load in the background, after the window shows
+    from launcher.catalog.progress import ProgressEvent
+    from launcher.ui.download_worker import DownloadWorker
+    from launcher.ui.model_rows import ModelRow
+
+
+def _build_rows(machine: Machine, this_machine: bool) -> list[ModelRow]:
+    from launcher.ui.model_rows import build_rows
+
+    return build_rows(machine, this_machine=this_machine)
+
+
+def _search_hub(query: str, machine: Machine) -> list[ModelRow]:
+    from launcher.ui.hub_rows import search_rows
+
+    return search_rows(query, machine)
+
 
 def progress_text(event: ProgressEvent) -> str:
     """'1.2 GiB of 4.5 GiB · 38.0 MiB/s · 1 min 30 s left'."""
+    from launcher.catalog.progress import format_duration
+
     parts = [f"{format_bytes(event.bytes_done)} of {format_bytes(event.bytes_total)}"]
     if event.speed:
         parts.append(f"{format_bytes(event.speed)}/s")
@@ -169,9 +187,9 @@ class ModelsPanel(QWidget):
         if self.machine is None:
             return
         workers.run_in_background(
-            build_rows,
+            _build_rows,
             self.machine,
-            this_machine=self.this_machine,
+            self.this_machine,
             on_done=self._rows_ready,
             on_failed=self._show_error,
         )
@@ -201,9 +219,7 @@ class ModelsPanel(QWidget):
             return
         self.hub_button.setEnabled(False)
         self.message.setText(f"Searching the Hugging Face Hub for “{query}”…")
-        workers.run_in_background(
-            hub_rows.search_rows, query, self.machine, on_done=self._hub_done, on_failed=self._hub_failed
-        )
+        workers.run_in_background(_search_hub, query, self.machine, on_done=self._hub_done, on_failed=self._hub_failed)
 
     def _hub_done(self, rows: list[ModelRow]) -> None:
         self.hub_button.setEnabled(True)
@@ -269,6 +285,8 @@ class ModelsPanel(QWidget):
             spec, quant = row.hub_repo, row.hub_quant
         else:
             return
+        from launcher.ui.download_worker import DownloadWorker
+
         worker = DownloadWorker(spec, fmt=fmt, quant=quant, machine=self.machine, parent=self)
         worker.progress.connect(self._progress)
         worker.succeeded.connect(self._download_done)

@@ -4,15 +4,19 @@ the memory breakdown (weights | KV at context | overhead | free), the predicted 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QTreeWidget, QTreeWidgetItem, QWidget
 
-from launcher.advisor import FitResult, Option, SpeedEstimate
 from launcher.core.units import format_bytes
 from launcher.ui import theme
-from launcher.ui.model_rows import ModelRow
 from launcher.ui.widgets.card import Card, badge, muted
 from launcher.ui.widgets.memory_bar import MemoryBar
+
+if TYPE_CHECKING:
+    from launcher.advisor import FitResult, Option, SpeedEstimate
+    from launcher.ui.model_rows import ModelRow
 
 
 def verdict_badge_text(verdict: str | None) -> tuple[str, str]:

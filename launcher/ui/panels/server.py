@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPushButton,
     QSpinBox,
+    QVBoxLayout,
     QWidget,
 )
 
@@ -85,14 +86,24 @@ class ServerPanel(Card):
 
         form = QFormLayout()
         form.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
+        key_label = QLabel("API &key")
+        key_label.setBuddy(self.api_key)
         form.addRow("Model", self._model_label)
         form.addRow("&Engine", self.engine)
         form.addRow("&Context", self.context)
         form.addRow("&Parallel requests", self.parallel)
         form.addRow("P&ort", self.port)
-        form.addRow("API &key", key_row)
+        form.addRow(key_label, key_row)
         form.addRow("", self.allow_network)
-        self.body.addLayout(form)
+        form_box = QWidget()
+        form_box.setLayout(form)
+        form_box.setMaximumWidth(self.fontMetrics().horizontalAdvance("M") * 36)
+        columns = QHBoxLayout()
+        columns.setSpacing(24)
+        columns.addWidget(form_box, 3)
+        side = QVBoxLayout()
+        columns.addLayout(side, 2)
+        self.body.addLayout(columns)
 
         self.start_button = QPushButton("Start server")
         self.start_button.setObjectName("Primary")
@@ -106,7 +117,6 @@ class ServerPanel(Card):
         buttons.addWidget(self.stop_button)
         buttons.addWidget(self.restart_button)
         buttons.addStretch(1)
-        self.body.addLayout(buttons)
 
         self.status = QLabel()
         self.status.setTextFormat(Qt.TextFormat.RichText)
@@ -115,9 +125,15 @@ class ServerPanel(Card):
         self.detail.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.endpoint = CopyField("")
         self.endpoint.setAccessibleName("Endpoint URL")
-        self.body.addWidget(self.status)
-        self.body.addWidget(self.detail)
-        self.body.addWidget(self.endpoint)
+        endpoint_caption = muted("Endpoint (OpenAI and Anthropic compatible)", wrap=False)
+        side.addWidget(self.status)
+        side.addWidget(self.detail)
+        side.addSpacing(6)
+        side.addWidget(endpoint_caption)
+        side.addWidget(self.endpoint)
+        side.addSpacing(6)
+        side.addLayout(buttons)
+        side.addStretch(1)
 
         for widget in (self.engine, self.context, self.parallel, self.port, self.api_key, self.allow_network):
             signal = (

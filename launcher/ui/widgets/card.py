@@ -33,6 +33,7 @@ class Card(QFrame):
         self.body = QVBoxLayout()
         self.body.setSpacing(6)
         outer.addLayout(self.body)
+        outer.addStretch(1)  # cards side by side keep their content at the top
 
     def set_title(self, title: str) -> None:
         """Change the heading."""

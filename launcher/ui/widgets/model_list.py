@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import QModelIndex, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPalette
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem, QTreeWidget, QTreeWidgetItem
 
 from launcher.core.units import format_bytes
 from launcher.ui import theme
-from launcher.ui.model_rows import ModelRow
+
+if TYPE_CHECKING:
+    from launcher.ui.model_rows import ModelRow
 
 ROW_ROLE = Qt.ItemDataRole.UserRole + 1
 SUBTITLE_ROLE = Qt.ItemDataRole.UserRole + 2
