@@ -22,7 +22,7 @@ from launcher.ui.main_window import MainWindow
 
 SIZE = (1280, 860)
 SHOWCASE_MODEL = "catalog:qwen3-coder-30b-a3b"
-CHAT_PROMPTS = ("Write a haiku about local AI.", "Name three uses of a small language model.")
+CHAT_PROMPTS = ("What is the capital of France? Answer in one sentence.",)
 
 
 def _settle(app: QApplication, window: MainWindow) -> None:
@@ -83,7 +83,7 @@ def _live_pictures(app: QApplication, outdir: Path) -> list[Path]:
     window.serve_row(starter)
     if not wait_for(window.server.ready, 300):
         raise RuntimeError("the starter model did not start:\n" + window.logs_page.text()[-2000:])
-    window.chat_page.max_tokens = 64  # keeps the pictures quick on a slow CPU
+    window.chat_page.max_tokens = 48  # keeps the pictures quick on a slow CPU
     for prompt in CHAT_PROMPTS:
         window.chat_page.send(prompt)
         wait_for(window.chat_page.reply_finished, 180)

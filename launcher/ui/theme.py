@@ -108,6 +108,9 @@ QWidget#Sidebar {{ background: palette(alternate-base); border-right: 1px solid 
 QListWidget#Nav {{ background: transparent; border: none; outline: none; }}
 QListWidget#Nav::item {{ padding: 0.55em 0.9em; border-radius: 6px; margin: 1px 6px; }}
 QListWidget#Nav::item:selected {{ background: palette(highlight); color: palette(highlighted-text); }}
+QListWidget#AgentList {{ border: 1px solid palette(mid); border-radius: 8px; background: palette(base); padding: 4px; }}
+QListWidget#AgentList::item {{ padding: 0.45em 0.6em; border-radius: 5px; }}
+QListWidget#AgentList::item:selected {{ background: palette(highlight); color: palette(highlighted-text); }}
 QFrame#Card {{ background: palette(base); border: 1px solid palette(mid); border-radius: 8px; }}
 QLabel#CardTitle {{ font-weight: 600; font-size: 11pt; }}
 QLabel#PageTitle {{ font-size: 16pt; font-weight: 600; }}

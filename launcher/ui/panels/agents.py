@@ -92,6 +92,7 @@ class AgentsPanel(QWidget):
         row = QHBoxLayout()
         self.agent_list = QListWidget()
         self.agent_list.setAccessibleName("Agents")
+        self.agent_list.setObjectName("AgentList")
         self.agent_list.setFixedWidth(self.fontMetrics().horizontalAdvance("M") * 11)
         self.agent_list.currentRowChanged.connect(self._render)
         row.addWidget(self.agent_list, 0, Qt.AlignmentFlag.AlignTop)

@@ -163,10 +163,16 @@ class MachinePanel(QWidget):
             )
             self._add("apple", apple_card, row, 0, span=2)
             row += 1
+        driver = getattr(machine, "nvidia_driver_version", None)
+        cuda = getattr(machine, "cuda_driver_version", None)
         for index, gpu in enumerate(machine.gpus):
             gpu_card = Card(f"GPU {gpu.index}: {gpu.name}")
-            _rows(gpu_card, gpu_rows(gpu))
-            self._add(f"gpu{gpu.index}", gpu_card, row + index // 2, index % 2)
+            rows = gpu_rows(gpu)
+            if gpu.vendor == "nvidia" and driver:
+                rows.append(("Driver", f"{driver}" + (f" (CUDA {cuda})" if cuda else "")))
+            _rows(gpu_card, rows)
+            span = 2 if len(machine.gpus) == 1 else 1
+            self._add(f"gpu{gpu.index}", gpu_card, row + index // 2, index % 2, span=span)
         if not machine.gpus and machine.apple is None:
             none_card = Card("GPU")
             none_card.body.addWidget(muted("No usable GPU found: models run on the CPU from system RAM."))

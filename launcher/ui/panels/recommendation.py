@@ -63,6 +63,7 @@ class RecommendationPanel(Card):
         self.speed.setWordWrap(True)
         self.memory_title = QLabel("Memory at this context")
         self.memory_title.setObjectName("CardTitle")
+        self.memory_title.setWordWrap(True)
         self.bars: list[MemoryBar] = []
         self._bars_box = QWidget()
         from PySide6.QtWidgets import QVBoxLayout
@@ -78,7 +79,6 @@ class RecommendationPanel(Card):
         self.alternatives.setHeaderLabels(["Option", "Fit", "Size", "Decode tok/s"])
         self.alternatives.setRootIsDecorated(False)
         self.alternatives.setAlternatingRowColors(True)
-        self.alternatives.setMinimumHeight(110)
         self.alternatives.setAccessibleName("Alternatives")
         for widget in (
             self.choice,
@@ -148,6 +148,8 @@ class RecommendationPanel(Card):
             else "No speed prediction."
         )
         for bar in self.bars:
+            self._bars_layout.removeWidget(bar)
+            bar.hide()
             bar.deleteLater()
         self.bars = []
         for device in fit.devices:
@@ -155,8 +157,9 @@ class RecommendationPanel(Card):
             bar.set_parts(device.device, device.weights, device.kv_cache, device.overhead, device.free)
             self._bars_layout.addWidget(bar)
             self.bars.append(bar)
+        sequences = f", {fit.parallel} parallel" if fit.parallel > 1 else ""
         self.memory_title.setText(
-            f"Memory at {fit.context:,} tokens × {fit.parallel} sequence(s): needs {format_bytes(fit.needed_bytes)}"
+            f"Memory at {fit.context // 1024}k context{sequences}: {format_bytes(fit.needed_bytes)}"
         )
         self.advice.setText("\n".join(fit.advice))
         self.advice.setVisible(bool(fit.advice))
@@ -180,6 +183,10 @@ class RecommendationPanel(Card):
             self.alternatives.addTopLevelItem(item)
         for column in range(4):
             self.alternatives.resizeColumnToContents(column)
+        rows = max(1, len(options))
+        row_height = self.alternatives.sizeHintForRow(0) if options else self.fontMetrics().height()
+        header = self.alternatives.header().sizeHint().height()
+        self.alternatives.setFixedHeight(header + rows * row_height + 2 * self.alternatives.frameWidth() + 4)
 
 
 def theme_colour(colour: str):  # type: ignore[no-untyped-def]

@@ -57,6 +57,7 @@ class MemoryBar(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(3)
         self.title = QLabel()
+        self.title.setWordWrap(True)
         self.bar = _Bar()
         self.legend = QLabel()
         self.legend.setObjectName("Muted")
