@@ -6,7 +6,7 @@ for any model, catalog or not, from the architecture numbers read out of the fil
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from launcher.advisor.fit import FitResult, KvType, fit_model
 from launcher.advisor.options import ENGINE_LABELS, EngineStatus
@@ -90,6 +90,10 @@ def plan_local(
         if fit.fits:
             break
     assert fit is not None
+    if fmt in ("exl2", "exl3") and not machine.nvidia_gpus:
+        # ExLlama has CUDA kernels only: without an NVIDIA card the weights cannot run anywhere here.
+        fit = replace(fit, verdict="wont_fit", advice=(f"{fmt.upper()} needs an NVIDIA GPU: use a GGUF of this model",))
+        why += f"; {fmt.upper()} needs an NVIDIA GPU and none was found"
     gpu_layers = -1 if fit.verdict in ("full_gpu", "unified") else fit.gpu_layers
     if context is None and fit.context < contexts[0]:
         why += f"; context {fit.context} so the KV cache fits"

@@ -95,3 +95,11 @@ def test_plan_local_lowers_context_until_the_kv_cache_fits() -> None:
     assert plan.fit.fits
     assert plan.context < 32768
     assert "context" in plan.reason
+
+
+def test_plan_local_says_exl3_cannot_run_without_nvidia() -> None:
+    model = default_catalog().get("qwen3-8b")
+    assert model is not None
+    plan = plan_local(load_recorded("cpu-avx2-laptop-16gb"), "exl3", model.architecture, 4_500_000_000)
+    assert plan.fit.verdict == "wont_fit"
+    assert "NVIDIA" in plan.fit.advice[0]
