@@ -146,9 +146,11 @@ class MainWindow(QMainWindow):
         self.status_label = QLabel("Server stopped")
         self.statusBar().addWidget(self.status_label, 1)
         self.nav.setCurrentRow(0)
+        self._page_shortcuts: list[QShortcut] = []
         for number in range(1, 10):
             shortcut = QShortcut(QKeySequence(f"Ctrl+{number}"), self)
             shortcut.activated.connect(lambda n=number: self.nav.setCurrentRow(n - 1))
+            self._page_shortcuts.append(shortcut)
         self._restore_geometry(self.settings.window)
 
         if machine is not None:
@@ -168,6 +170,10 @@ class MainWindow(QMainWindow):
     def show_page(self, key: str) -> None:
         """Switch to a page by key ("server", "machine", ...)."""
         self.nav.setCurrentRow(self._page_index[key])
+
+    def shortcut_for_page(self, number: int) -> QShortcut:
+        """The Ctrl+<number> shortcut that opens the number-th page."""
+        return self._page_shortcuts[number - 1]
 
     def page_keys(self) -> list[str]:
         """Page keys in sidebar order."""

@@ -188,3 +188,23 @@ def test_gui_without_a_display_exits_with_3(tmp_path) -> None:  # type: ignore[n
     )
     assert result.returncode == 3
     assert "no display" in result.stderr
+
+
+def test_pages_are_reachable_from_the_keyboard(qtbot) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QKeySequence, QShortcut
+
+    window = MainWindow(machine=load_recorded("cpu-avx2-laptop-16gb"), save_settings=False)
+    qtbot.addWidget(window)
+    window.show()
+    keys = window.page_keys()
+    window.nav.setFocus()
+    for index in range(1, len(keys)):
+        qtbot.keyClick(window.nav, Qt.Key.Key_Down)
+        assert window.pages.currentWidget() is window.page(keys[index])
+    bound = {
+        shortcut.key().toString(QKeySequence.SequenceFormat.PortableText) for shortcut in window.findChildren(QShortcut)
+    }
+    assert {f"Ctrl+{n}" for n in range(1, len(keys) + 1)} <= bound
+    window.shortcut_for_page(2).activated.emit()
+    assert window.pages.currentWidget() is window.page(keys[1])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QTextEdit, QVBoxLayout, QWidget
 
@@ -64,7 +64,8 @@ class ChatPanel(QWidget):
         layout.addWidget(self.stats)
         layout.addLayout(row)
         for keys in ("Ctrl+Return", "Ctrl+Enter"):
-            QShortcut(QKeySequence(keys), self.prompt, activated=self.send)
+            shortcut = QShortcut(QKeySequence(keys), self.prompt, activated=self.send)
+            shortcut.setContext(Qt.ShortcutContext.WidgetShortcut)  # only while typing a message
         self.set_endpoint(None)
 
     def set_endpoint(self, endpoint: ServerEndpoint | None) -> None:
