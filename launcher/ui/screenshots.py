@@ -93,7 +93,13 @@ def _live_pictures(app: QApplication, outdir: Path) -> list[Path]:
     window.agents_page.select_agent("aider")
     window.agents_page.run_test()
     wait_for(window.agents_page.test_finished, 180)
-    written = [_grab(app, window, key, outdir / f"{key}.png") for key in ("server", "chat", "agents", "logs")]
+    written = [_grab(app, window, key, outdir / f"{key}.png") for key in ("server", "chat", "logs")]
+    window.show_page("agents")
+    _settle(app, window)
+    window.agents_page.scroll_to_test()
+    written.append(_grab(app, window, "agents", outdir / "agents-test.png"))
+    window.agents_page.select_agent("claude-code")
+    written.append(_grab(app, window, "agents", outdir / "agents.png"))
     theme.apply(app, dark=True)
     written.append(_grab(app, window, "server", outdir / "server-dark.png"))
     theme.apply(app, dark=False)

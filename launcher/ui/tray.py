@@ -35,6 +35,7 @@ class Tray(QSystemTrayIcon):
         self.setToolTip("Launcher: server stopped")
         self.activated.connect(self._activated)
         window.server.state_changed.connect(self._state_changed)
+        window.server.finished.connect(self._server_finished)
         window.quit_on_close = False
         self._state_changed(window.server.state)
 
@@ -59,6 +60,13 @@ class Tray(QSystemTrayIcon):
         endpoint = self.window.server.endpoint
         text = f"serving at {endpoint.base_url}" if endpoint and state == "ready" else f"server {state}"
         self.setToolTip(f"Launcher: {text}")
+
+    def _server_finished(self, outcome: object) -> None:
+        # A crash while the window is hidden must still reach the user.
+        if getattr(outcome, "is_failure", False) and self.supportsMessages():
+            self.showMessage(
+                "Launcher: server stopped", str(outcome).splitlines()[0], QSystemTrayIcon.MessageIcon.Critical
+            )
 
     def note_hidden(self) -> None:
         """Tell the user once that the server keeps running in the tray."""

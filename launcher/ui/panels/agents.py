@@ -240,6 +240,11 @@ class AgentsPanel(QWidget):
         card.body.addWidget(self.status)
         return card
 
+    def scroll_to_test(self) -> None:
+        """Bring the live-test results into view."""
+        if self.results is not None and self.results.isVisible():
+            self._scroll.ensureWidgetVisible(self.results, 0, 0)
+
     # -- actions ---------------------------------------------------------------------------
     def write_config(self, edit: ConfigEdit, *, confirm: bool = True) -> EditResult | None:
         """Show the change, ask, then merge into the agent's config file (backup first)."""
