@@ -90,7 +90,11 @@ class ServerOutcome:
             return f"The server could not be started: {self.message}"
         tail = "\n".join(self.last_lines[-8:])
         head = (
-            f"The server crashed (exit code {self.exit_code})."
+            (
+                f"The server crashed (exit code {self.exit_code})."
+                if self.exit_code is not None
+                else "The server crashed (it was killed or hit a fatal error)."
+            )
             if self.kind == "crashed"
             else f"The server exited on its own (exit code {self.exit_code})."
         )
@@ -317,7 +321,7 @@ class ServerProcess(QObject):
             kind, message = self._load_error
             outcome = ServerOutcome("load_failed", exit_code, kind, message, tuple(self._last_lines))
         else:
-            code = exit_code if not crashed else (self._process.exitCode() if self._process else exit_code)
+            code = None if crashed else exit_code  # a signal or a hard crash has no meaningful exit code
             outcome = ServerOutcome(
                 "crashed" if crashed or exit_code != 0 else "exited", code, None, "", tuple(self._last_lines)
             )
