@@ -109,7 +109,7 @@ class GrammarCompiler:
         if constraint.kind == "json_schema":
             if constraint.schema is None:
                 raise ConstraintError("a json_schema constraint needs a schema")
-            body = f"%json {json.dumps({**constraint.schema, 'x-guidance': _JSON_STYLE})}"
+            body = f"%json {json.dumps({**tightened(constraint.schema), 'x-guidance': _JSON_STYLE})}"
         elif constraint.kind == "json_object":
             body = f"%json {json.dumps({'type': 'object', 'x-guidance': _JSON_STYLE})}"
         elif constraint.kind == "regex":
@@ -142,6 +142,42 @@ class GrammarCompiler:
         if matcher.is_error():
             raise ConstraintError(f"cannot constrain output to this schema: {matcher.get_error()}")
         return matcher
+
+
+_SAFE_INTEGER = 2**53 - 1
+_BOUNDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_LISTS = ("anyOf", "allOf", "oneOf", "prefixItems")
+_SCHEMA_VALUES = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "unevaluatedProperties")
+
+
+def tightened(schema: Any) -> Any:
+    """The schema with the limits strict structured output implies, where the schema says nothing.
+
+    JSON Schema allows extra keys and integers of any length by default, and a model under a grammar
+    that allows them can keep inventing keys or digits until it runs out of tokens. OpenAI's strict
+    mode and llama.cpp's schema converter forbid unlisted keys and cap integers at 16 digits; we
+    forbid unlisted keys (unless the schema allows them) and keep integers within the range JSON
+    parsers read exactly (+-(2**53 - 1)).
+    """
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: tightened(sub) for name, sub in value.items()}
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            out[key] = [tightened(sub) for sub in value]
+        elif key in _SCHEMA_VALUES:
+            out[key] = tightened(value)
+        else:
+            out[key] = value
+    if "properties" in out and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    kinds = out.get("type")
+    if (kinds == "integer" or (isinstance(kinds, list) and "integer" in kinds)) and not _BOUNDS & out.keys():
+        out["minimum"], out["maximum"] = -_SAFE_INTEGER, _SAFE_INTEGER
+    return out
 
 
 def _literal(text: str, encode: Callable[[str], list[int]], table: Any) -> list[str]:

@@ -79,6 +79,21 @@ async def test_json_schema_constraint_gives_parseable_json_on_random_weights(
         assert set(value) == {"ok", "size"} and isinstance(value["ok"], bool) and value["size"] in ("small", "large")
 
 
+async def test_open_schemas_still_end_in_valid_json(mlx_model: MlxModel, chat_prompt: list[int]) -> None:
+    """No additionalProperties and an unbounded integer: the engine closes the object and caps the digits."""
+    schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
+    request = GenerationRequest(
+        prompt_tokens=chat_prompt,
+        max_tokens=60,
+        sampling=SamplingParams(temperature=0.0),
+        constraint=Constraint(kind="json_schema", schema=schema),
+    )
+    outcome = await run(mlx_model, request)
+    assert outcome.last.finish_reason == "stop", outcome.text
+    value = json.loads(outcome.text)
+    assert set(value) == {"answer"} and abs(value["answer"]) < 2**53
+
+
 async def test_tool_call_tags_wrap_the_constrained_json(mlx_model: MlxModel, chat_prompt: list[int]) -> None:
     schema = {
         "type": "object",
