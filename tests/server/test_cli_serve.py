@@ -1,0 +1,141 @@
+"""`launcher serve` as a user runs it: flags, config file, ready line, clear start errors, clean exit."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from launcher.cli import build_parser
+from launcher.core.config import ServeConfig
+from launcher.server.cli_serve import build_config
+from tests.conformance.servers import REPO_ROOT, SERVERS, start_server
+
+READY_KEYS = {
+    "url",
+    "base_url",
+    "model",
+    "engine",
+    "engine_reason",
+    "context_length",
+    "parallel",
+    "api_key_required",
+    "pid",
+}
+
+
+def parse(*argv: str) -> ServeConfig:
+    return build_config(build_parser().parse_args(["serve", *argv]))
+
+
+def test_every_config_field_has_a_flag() -> None:
+    serve_parser = build_parser()._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr,index]
+    flags = {option for action in serve_parser._actions for option in action.option_strings}
+    for name in ServeConfig.model_fields:
+        if name != "model":
+            assert "--" + name.replace("_", "-") in flags
+
+
+def test_flags_build_the_config() -> None:
+    config = parse(
+        "model.gguf",
+        "--context",
+        "4096",
+        "--cors-origins",
+        "http://a,http://b",
+        "--engine",
+        "llamacpp",
+        "--port",
+        "0",
+        "--alias",
+        "coder",
+    )
+    assert config.model == "model.gguf" and config.context == 4096 and config.port == 0
+    assert config.cors_origins == ["http://a", "http://b"] and config.engine == "llamacpp" and config.alias == "coder"
+    assert ServeConfig.model_validate(config.model_dump()) == config
+
+
+def test_config_file_is_merged_and_flags_win(tmp_path: Path) -> None:
+    path = tmp_path / "serve.toml"
+    path.write_text('[serve]\nparallel = 2\nport = 9000\nalias = "from-file"\n')
+    config = parse("--config", str(path), "--port", "9001")
+    assert config.parallel == 2 and config.port == 9001 and config.alias == "from-file"
+
+
+def test_bad_values_are_rejected_before_starting(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        parse("--engine", "tensorrt")
+    path = tmp_path / "serve.toml"
+    path.write_text("[serve]\nparallel = 0\n")
+    from launcher.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="parallel"):
+        parse("--config", str(path))
+
+
+def run_serve(*argv: str, home: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "LAUNCHER_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "launcher", "serve", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def error_line(result: subprocess.CompletedProcess[str]) -> dict[str, str]:
+    lines = [line for line in result.stdout.splitlines() if line.startswith("LAUNCHER_ERROR ")]
+    assert len(lines) == 1, result.stdout + result.stderr
+    payload: dict[str, str] = json.loads(lines[0].split(" ", 1)[1])
+    return payload
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    result = run_serve(str(tmp_path / "nope.gguf"), "--port", "0", home=tmp_path)
+    assert result.returncode != 0
+    error = error_line(result)
+    assert error["kind"] == "ModelNotFoundError" and "nope.gguf" in error["message"]
+    assert "Traceback" not in result.stderr
+
+
+def test_not_a_gguf_is_a_clear_error(tmp_path: Path) -> None:
+    fake = tmp_path / "fake.gguf"
+    fake.write_bytes(b"PK\x03\x04 this is a zip file, not a model" * 10)
+    result = run_serve(str(fake), "--port", "0", home=tmp_path)
+    assert result.returncode != 0
+    error = error_line(result)
+    assert error["kind"] == "ModelFormatError" and "Traceback" not in result.stderr
+
+
+def test_port_in_use_names_the_port_and_the_way_out(tiny_gguf: Path, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_serve(str(tiny_gguf), "--port", str(port), home=tmp_path)
+    assert result.returncode != 0
+    error = error_line(result)
+    assert error["kind"] == "ServerError" and str(port) in error["message"] and "--port 0" in error["message"]
+
+
+def test_ready_line_then_clean_exit_on_sigterm(tiny_gguf: Path, tmp_path: Path) -> None:
+    server = start_server(SERVERS[0], tiny_gguf, tmp_path, "--alias", "my-model")
+    try:
+        assert set(server.ready) == READY_KEYS
+        assert server.ready["model"] == "my-model" and server.ready["pid"] == server.process.pid
+        assert server.ready["api_key_required"] is False and server.ready["base_url"] == server.url + "/v1"
+        assert httpx.get(f"{server.url}/v1/models").json()["data"][0]["id"] == "my-model"
+    finally:
+        server.process.send_signal(signal.SIGTERM)
+        server.process.wait(timeout=30)
+        server.stop()
+    assert server.process.returncode is not None
