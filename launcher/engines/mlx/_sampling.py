@@ -14,6 +14,7 @@ which we reference by id so that llguidance and the tokenizer agree on how they 
 from __future__ import annotations
 
 import json
+import logging
 import random
 import threading
 from collections.abc import Callable, Sequence
@@ -22,6 +23,8 @@ from typing import Any
 import numpy as np
 
 from launcher.engines.base import Constraint, SamplingParams
+
+log = logging.getLogger("launcher.engines.mlx")
 
 Sampler = Callable[[Any], Any]
 LogitsProcessor = Callable[[Any, Any], Any]
@@ -102,6 +105,14 @@ class GrammarCompiler:
                 except ValueError as err:  # slow (non-Rust) tokenizers have no bridge
                     raise ConstraintError(f"structured output is not available for this tokenizer: {err}") from None
             return self._table
+
+    def prepare(self) -> None:
+        """Build the token table now (about a second for a 150k vocabulary) instead of on the scheduler
+        thread at the first structured request, where it would stall every running sequence."""
+        try:
+            self._tokenizer()
+        except ConstraintError as err:  # requests with constraints will get this message as their error
+            log.info("structured output unavailable: %s", err)
 
     def grammar(self, constraint: Constraint, encode: Callable[[str], list[int]]) -> str:
         """The Lark grammar for `constraint` (prefix text + constrained part + suffix text)."""

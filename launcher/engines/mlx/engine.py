@@ -105,10 +105,12 @@ class MlxEngine:
         )
         loaded = scheduler.start()
         try:
-            tokens = TokenizerAccess(loaded.tokenizer._tokenizer)
+            # mlx-lm's TokenizerWrapper keeps the transformers tokenizer as `_tokenizer`; llguidance needs it.
+            tokens = TokenizerAccess(getattr(loaded.tokenizer, "_tokenizer", loaded.tokenizer))
             info = _model_info(model, path, loaded, tokens, context, train_context, config.parallel, quant)
             n_vocab = max(_int(loaded.config.get("vocab_size")) or 0, len(loaded.tokenizer))
             grammars = GrammarCompiler(tokens.hf, n_vocab, info.eos_token_ids)
+            grammars.prepare()
             return MlxModel(scheduler, info, tokens, grammars, n_vocab)
         except BaseException:
             scheduler.stop()
