@@ -9,12 +9,17 @@ with the advisor's numbers.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from launcher.core.config import ServeConfig
 from launcher.core.errors import ModelDoesNotFitError, ModelFormatError, ModelNotFoundError
 from launcher.engines.base import LocalModel
+
+if TYPE_CHECKING:
+    from launcher.advisor.fit import FitResult
+    from launcher.hardware.machine import Machine
 
 log = logging.getLogger(__name__)
 
@@ -50,27 +55,23 @@ def _gguf_path(spec: str) -> LocalModel:
     return LocalModel(path=path, format="gguf", name=path.stem)
 
 
-def _available(device: object) -> float:
-    return float(getattr(device, "available_bytes", getattr(device, "available", 0)) or 0)
+def _fit_message(model: LocalModel, fit: FitResult) -> str:
+    pools = ", ".join(f"{d.device} needs {d.used / GIB:.2f} GiB, has {d.free / GIB:.2f} GiB free" for d in fit.devices)
+    text = (
+        f"{model.name} does not fit on this machine: weights {fit.weights_bytes / GIB:.2f} GiB + KV cache "
+        f"{fit.kv_bytes / GIB:.2f} GiB (context {fit.context} x {fit.parallel}) + overhead "
+        f"{fit.overhead_bytes / GIB:.2f} GiB = {fit.needed_bytes / GIB:.2f} GiB"
+    )
+    if pools:
+        text += f" ({pools})"
+    advice = " ".join(fit.advice) or "Try a smaller quant, a smaller --context or fewer --parallel sequences."
+    return f"{text}. {advice}"
 
 
-def _fit_message(model: LocalModel, fit: object) -> str:
-    needed = getattr(fit, "needed_bytes", 0) / GIB
-    devices = getattr(fit, "devices", ())
-    where = ", ".join(f"{getattr(d, 'name', 'device')}: {_available(d) / GIB:.1f} GiB free" for d in devices)
-    advice = " ".join(getattr(fit, "advice", ()))
-    text = f"{model.name} does not fit on this machine: it needs about {needed:.1f} GiB"
-    if where:
-        text += f" ({where})"
-    return f"{text}. {advice}".strip()
-
-
-def plan(config: ServeConfig) -> ServeSetup:
-    """Resolve the model and let the advisor choose what the user left open."""
+def plan(config: ServeConfig, machine: Machine | None = None) -> ServeSetup:
+    """Resolve the model and let the advisor choose what the user left open (`machine`: probed if None)."""
     model = resolve(config.model)
     if config.alias:
-        from dataclasses import replace
-
         model = replace(model, name=config.alias)
     try:
         from launcher.advisor import plan_local
@@ -87,7 +88,7 @@ def plan(config: ServeConfig) -> ServeSetup:
         return ServeSetup(model, chosen, f"{chosen} runs {model.format.upper()} models", config)
     meta = read_gguf_metadata(model.path)
     serve_plan = plan_local(
-        probe_machine(),
+        machine or probe_machine(),
         model.format,
         meta.to_architecture(),
         meta.file_bytes,

@@ -95,6 +95,9 @@ def test_disconnect_frees_the_generation(base_url: str, root_url: str, model_id:
         for _ in range(4):
             next(lines)
         assert metric(root_url, "launcher_requests_running") >= 1
+        # /v1/models and /health answer while a generation runs
+        assert httpx.get(f"{base_url}/models", timeout=5).json()["data"][0]["id"] == model_id
+        assert httpx.get(f"{root_url}/health", timeout=5).status_code == 200
     assert wait_for(lambda: metric(root_url, "launcher_requests_running") == 0)
 
 

@@ -139,3 +139,15 @@ def test_ready_line_then_clean_exit_on_sigterm(tiny_gguf: Path, tmp_path: Path) 
         server.process.wait(timeout=30)
         server.stop()
     assert server.process.returncode is not None
+
+
+def test_non_loopback_bind_generates_and_requires_a_key(tiny_gguf: Path, tmp_path: Path) -> None:
+    server = start_server(SERVERS[0], tiny_gguf, tmp_path, "--host", "0.0.0.0")
+    try:
+        assert server.ready["api_key_required"] is True and server.ready["url"].startswith("http://127.0.0.1:")
+        log = server.stderr_path.read_text()
+        key = log.split("API key required: ", 1)[1].split()[0]
+        assert httpx.get(f"{server.base_url}/models").status_code == 401
+        assert httpx.get(f"{server.base_url}/models", headers={"Authorization": f"Bearer {key}"}).status_code == 200
+    finally:
+        server.stop()
