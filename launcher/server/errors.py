@@ -63,6 +63,10 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
+class ClientDisconnected(Exception):
+    """The client went away before a non-streaming reply was ready."""
+
+
 def bad_request(message: str, *, param: str | None = None, code: str | None = None) -> ApiError:
     """A 400 with a message saying what to change."""
     return ApiError(400, message, param=param, code=code)
@@ -123,6 +127,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return error_response(request.url.path, ApiError(exc.status_code, str(exc.detail)))
 
 
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    # Nobody is listening; 499 (client closed request) only shows in logs and metrics.
+    return Response(status_code=499)
+
+
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unexpected error on %s", request.url.path)
     message = f"Internal server error ({type(exc).__name__}). See the server log for details."
@@ -135,4 +144,5 @@ def install_error_handlers(app: Starlette) -> None:
     app.add_exception_handler(ValidationError, _validation_error)
     app.add_exception_handler(LauncherError, _launcher_error)
     app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(ClientDisconnected, _client_gone)
     app.add_exception_handler(Exception, _unexpected)

@@ -21,7 +21,14 @@ from launcher.server.chat import (
     start_chat,
 )
 from launcher.server.errors import ApiError, bad_request
-from launcher.server.routes_common import new_id, parse_body, sampling_from, state_of, stops_from
+from launcher.server.routes_common import (
+    collect_until_disconnect,
+    new_id,
+    parse_body,
+    sampling_from,
+    state_of,
+    stops_from,
+)
 from launcher.server.schemas_anthropic import (
     ContentBlock,
     CountTokensRequest,
@@ -162,7 +169,7 @@ async def messages(request: Request) -> Any:
     content: list[dict[str, Any]] = []
     done: ChatDone | None = None
     try:
-        async for event in run.events():
+        for event in await collect_until_disconnect(request, run.events()):
             if isinstance(event, TextDelta):
                 if content and content[-1]["type"] == "text":
                     content[-1]["text"] += event.text

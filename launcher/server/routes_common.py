@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
+import anyio
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
 from launcher.engines.base import SamplingParams, TokenLogprob
-from launcher.server.errors import ApiError, bad_request, validation_message
+from launcher.server.errors import ApiError, ClientDisconnected, bad_request, validation_message
 from launcher.server.state import ServerState
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+ItemT = TypeVar("ItemT")
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
@@ -101,3 +104,34 @@ def openai_logprobs(items: tuple[TokenLogprob, ...]) -> list[dict[str, Any]]:
         }
         for item in items
     ]
+
+
+async def collect_until_disconnect(request: Request, events: AsyncIterator[ItemT]) -> list[ItemT]:
+    """All items of `events`, stopping early (ClientDisconnected) if the client disconnects.
+
+    A non-streaming request can run for minutes; an agent that gives up must not leave its
+    generation running. The caller closes the generation in its `finally`.
+    """
+    items: list[ItemT] = []
+    gone = False
+    async with anyio.create_task_group() as group:
+
+        async def watch() -> None:
+            nonlocal gone
+            while True:
+                message = await request.receive()
+                if message["type"] == "http.disconnect":
+                    gone = True
+                    group.cancel_scope.cancel()
+                    return
+
+        async def gather() -> None:
+            async for item in events:
+                items.append(item)
+            group.cancel_scope.cancel()
+
+        group.start_soon(watch)
+        group.start_soon(gather)
+    if gone:
+        raise ClientDisconnected
+    return items

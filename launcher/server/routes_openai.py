@@ -23,6 +23,7 @@ from launcher.server.chat import (
 from launcher.server.errors import ApiError, bad_request
 from launcher.server.generation import Chunk, Finish, Usage, start_generation, tokenize_prompt
 from launcher.server.routes_common import (
+    collect_until_disconnect,
     new_id,
     openai_logprobs,
     parse_body,
@@ -167,7 +168,7 @@ async def chat_completions(request: Request) -> Any:
         logprobs: list[dict[str, Any]] = []
         calls: list[dict[str, Any]] = []
         done: ChatDone | None = None
-        async for event in run.events():
+        for event in await collect_until_disconnect(request, run.events()):
             if isinstance(event, TextDelta):
                 text.append(event.text)
                 logprobs.extend(openai_logprobs(event.logprobs))
@@ -325,7 +326,7 @@ async def completions(request: Request) -> Any:
     pieces = [echo]
     finish: Finish | None = None
     try:
-        async for item in generation:
+        for item in await collect_until_disconnect(request, generation.__aiter__()):
             if isinstance(item, Chunk):
                 pieces.append(item.text)
             else:

@@ -23,7 +23,7 @@ from launcher.server.chat import (
 )
 from launcher.server.errors import ApiError, bad_request
 from launcher.server.generation import Usage
-from launcher.server.routes_common import new_id, parse_body, sampling_from, state_of
+from launcher.server.routes_common import collect_until_disconnect, new_id, parse_body, sampling_from, state_of
 from launcher.server.schemas_responses import ResponsesRequest
 from launcher.server.sse import EventStream, named_event
 
@@ -208,7 +208,7 @@ async def responses(request: Request) -> Any:
     done: ChatDone | None = None
     output: list[dict[str, Any]] = []
     try:
-        async for event in run.events():
+        for event in await collect_until_disconnect(request, run.events()):
             if isinstance(event, TextDelta):
                 text += event.text
             elif isinstance(event, ToolCallDelta):

@@ -9,7 +9,9 @@ with a clear error instead of silently using a wrong format.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import string
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -210,6 +212,24 @@ def _text_tool_call(call: dict[str, Any]) -> str:
     return "<tool_call>\n" + json.dumps(body, ensure_ascii=False) + "\n</tool_call>"
 
 
+def _nine_char_id(call_id: str) -> str:
+    digest = hashlib.sha256(call_id.encode()).digest()
+    alphabet = string.ascii_letters + string.digits
+    return "".join(alphabet[b % len(alphabet)] for b in digest[:9])
+
+
+def _mistral_call_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mistral templates refuse call ids that are not 9 alphanumerics; map any client id onto one."""
+    for message in messages:
+        if message.get("tool_calls"):
+            message["tool_calls"] = [
+                {**call, "id": _nine_char_id(str(call.get("id", "")))} for call in message["tool_calls"]
+            ]
+        if message.get("tool_call_id"):
+            message["tool_call_id"] = _nine_char_id(str(message["tool_call_id"]))
+    return messages
+
+
 def prepare_messages(
     template: ChatTemplate, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
 ) -> list[dict[str, Any]]:
@@ -222,7 +242,7 @@ def prepare_messages(
     """
     out: list[dict[str, Any]] = [dict(m) for m in messages]
     if template.supports_tools:
-        return out
+        return _mistral_call_ids(out) if template.tool_format == "mistral" else out
     system_parts = [m["content"] or "" for m in out if m["role"] == "system"]
     if tools:
         lines = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)

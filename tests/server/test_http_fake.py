@@ -286,3 +286,19 @@ def test_metrics_count_tokens_and_requests(serve: ServeFn, fake_model: FakeModel
         "process_cpu_seconds_total",
     ):
         assert name in text
+
+
+def test_disconnect_during_a_non_streaming_request_closes_the_generation(serve: ServeFn, fake_model: FakeModel) -> None:
+    fake_model.reply = lambda prompt: "x" * 400
+    fake_model.delay = 0.02
+    with serve(fake_model) as url:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(
+                f"{url}/v1/chat/completions",
+                timeout=0.3,
+                json={"model": "x", "messages": [{"role": "user", "content": "x"}]},
+            )
+        deadline = time.monotonic() + 10
+        while fake_model.closed_early == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert fake_model.closed_early == 1 and fake_model.running == 0

@@ -77,3 +77,28 @@ def test_templates_with_tool_support_get_tools_natively() -> None:
     assert template.supports_tools and template.tool_format == "hermes"
     text = template.render([{"role": "user", "content": "é"}], [WEATHER_TOOL])
     assert text.startswith('TOOLS:[{"type": "function"') and "user:é;" in text
+
+
+def test_mistral_templates_get_nine_character_call_ids() -> None:
+    source = (
+        "{% for m in messages %}{% if m.tool_calls %}{% for c in m.tool_calls %}"
+        "{% if c.id|length != 9 %}{{ raise_exception('Tool call IDs should be alphanumeric strings with length 9!') }}"
+        "{% endif %}[TOOL_CALLS]{{ c.id }}{% endfor %}{% elif m.role == 'tool' %}[TOOL_RESULTS]{{ m.tool_call_id }}"
+        "{% else %}{{ m.content }}{% endif %}{% endfor %}{% if tools %}[AVAILABLE_TOOLS]{% endif %}"
+    )
+    template = load_template(fake_info(chat_template=source))
+    assert template.tool_format == "mistral"
+    history: list[dict[str, Any]] = [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "call_abcdef0123456789", "type": "function", "function": {"name": "f", "arguments": {}}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_abcdef0123456789", "content": "ok"},
+    ]
+    text = template.render(history, [WEATHER_TOOL])
+    call_id = text.split("[TOOL_CALLS]")[1][:9]
+    assert call_id.isalnum() and f"[TOOL_RESULTS]{call_id}" in text
