@@ -10,6 +10,11 @@ removes sequences mid-flight. We keep admission (at most `parallel` sequences), 
 cancellation and event delivery. Prompt caching is mlx-lm's `LRUPromptCache`: a finished
 request's KV cache is kept under its tokens, and a later prompt starts from the longest cached
 prefix (trimmed with mlx-lm's cache trimming when the cached entry runs past the shared part).
+
+Known limitation of mlx's Linux CPU build (0.32): once a non-main thread has run ops large enough
+to be split across CPU workers (e.g. a prompt longer than one prefill step), the process may abort
+at interpreter exit ("terminate called without an active exception", exit code 134), after all
+work and output are done. mlx-lm's BatchGenerator driven from a thread shows it without this engine.
 """
 
 from __future__ import annotations
