@@ -274,6 +274,7 @@ class MainWindow(QMainWindow):
         self.agents_page.set_endpoint(endpoint)
         self.poller = MetricsPoller(endpoint.url, endpoint.pid, api_key=endpoint.api_key, parent=self)
         self.poller.sample.connect(self._sample)
+        self.poller.unreachable.connect(self.gauges.set_unreachable)
         self.poller.start()
 
     def _sample(self, sample: LiveSample) -> None:

@@ -16,6 +16,7 @@ pytestmark = pytest.mark.slow
 def test_serve_chat_and_watch_gauges(qtbot, tiny_gguf, tmp_path) -> None:  # type: ignore[no-untyped-def]
     window = MainWindow(machine=load_recorded("cpu-avx2-laptop-16gb"), save_settings=False, home=tmp_path)
     qtbot.addWidget(window)
+    qtbot.waitSignal(window.models_page.rows_changed, timeout=30_000).wait()
     window.server_panel.port.setValue(0)  # any free port: tests never collide on 8420
     window.server_panel.context.setValue(1024)
     window.server_panel.parallel.setValue(2)

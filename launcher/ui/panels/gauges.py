@@ -109,8 +109,13 @@ class GaugesPanel(Card):
         self.prediction = prediction
         self._update_comparison()
 
+    def set_unreachable(self, message: str) -> None:
+        """The last poll failed (server busy or gone): say so instead of showing stale numbers as live."""
+        self.set_title(f"Live · {message}")
+
     def update_sample(self, sample: LiveSample) -> None:
         """Show one poll."""
+        self.set_title("Live")
         self.last_sample = sample
         self.totals.add(sample)
         decode = sample.decode_tps or sample.generated_tps

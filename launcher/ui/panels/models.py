@@ -35,10 +35,10 @@ if TYPE_CHECKING:  # the catalog, advisor and Hub client load in the background,
     from launcher.ui.model_rows import ModelRow
 
 
-def _build_rows(machine: Machine, this_machine: bool) -> list[ModelRow]:
+def _build_rows(machine: Machine, this_machine: bool, generation: int) -> tuple[int, list[ModelRow]]:
     from launcher.ui.model_rows import build_rows
 
-    return build_rows(machine, this_machine=this_machine)
+    return generation, build_rows(machine, this_machine=this_machine)
 
 
 def _search_hub(query: str, machine: Machine) -> list[ModelRow]:
@@ -118,6 +118,7 @@ class ModelsPanel(QWidget):
         self.hub_results: list[ModelRow] = []
         self.download: DownloadWorker | None = None
         self._download_key: str | None = None
+        self._generation = 0  # newest refresh; older scans finishing late are dropped
 
         outer = QVBoxLayout(self)
         outer.setContentsMargins(20, 16, 20, 16)
@@ -186,15 +187,20 @@ class ModelsPanel(QWidget):
         """Rescan the library and recompute verdicts."""
         if self.machine is None:
             return
+        self._generation += 1
         workers.run_in_background(
             _build_rows,
             self.machine,
             self.this_machine,
+            self._generation,
             on_done=self._rows_ready,
             on_failed=self._show_error,
         )
 
-    def _rows_ready(self, rows: list[ModelRow]) -> None:
+    def _rows_ready(self, result: tuple[int, list[ModelRow]]) -> None:
+        generation, rows = result
+        if generation != self._generation:
+            return
         self.rows = rows
         on_disk = sum(r.downloaded for r in rows)
         self.message.setText(f"{len(rows)} models · {on_disk} on this computer · fit and speed for this machine")
@@ -291,7 +297,7 @@ class ModelsPanel(QWidget):
         worker.progress.connect(self._progress)
         worker.succeeded.connect(self._download_done)
         worker.failed.connect(self._download_failed)
-        worker.cancelled.connect(self._download_failed)
+        worker.cancelled.connect(self._download_cancelled)
         worker.finished.connect(self._download_thread_ended)
         self.download = worker
         self._download_key = row.key
@@ -317,6 +323,9 @@ class ModelsPanel(QWidget):
 
     def _download_failed(self, text: str) -> None:
         self.actions.set_idle(text)
+
+    def _download_cancelled(self, _text: str) -> None:
+        self.actions.set_idle("Download cancelled. The partial file is kept: press Download to resume it.")
 
     def _download_thread_ended(self) -> None:
         worker, self.download = self.download, None
