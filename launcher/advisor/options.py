@@ -76,6 +76,15 @@ def _recorded_size(model: CatalogModel, fmt: str, quant: str) -> int | None:
     return variants[quant].size_bytes if quant in variants else None
 
 
+def sliding_window_saves_kv(engine: str) -> bool:
+    """Whether the engine keeps only the window in sliding-window layers.
+
+    mlx-lm (rotating caches) and vLLM do. Our llama.cpp engine keeps full-size SWA caches on
+    purpose (`swa_full`), so cached prompt prefixes stay reusable across requests.
+    """
+    return engine in ("mlx", "vllm")
+
+
 def build_option(
     machine: Machine,
     model: CatalogModel,
@@ -102,7 +111,7 @@ def build_option(
         kv_type=kv_type,
         use_gpu=on_gpu,
         allow_offload=engine == "llamacpp",
-        sliding_window_aware=engine in ("llamacpp", "mlx", "vllm"),
+        sliding_window_aware=sliding_window_saves_kv(engine),
     )
     tensor_parallel = engine in ("exllamav3", "vllm") and len(machine.nvidia_gpus) > 1
     speed = estimate_speed(machine, model.architecture, bpw, fit, tensor_parallel=tensor_parallel)

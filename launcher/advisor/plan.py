@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from launcher.advisor.fit import FitResult, KvType, fit_model
-from launcher.advisor.options import ENGINE_LABELS, EngineStatus
+from launcher.advisor.options import ENGINE_LABELS, EngineStatus, sliding_window_saves_kv
 from launcher.catalog.schema import Architecture
 from launcher.hardware.machine import Machine
 
@@ -86,6 +86,7 @@ def plan_local(
             kv_type=kv_type,
             use_gpu=use_gpu,
             allow_offload=allow_offload,
+            sliding_window_aware=sliding_window_saves_kv(engine),
         )
         if fit.fits:
             break

@@ -103,3 +103,16 @@ def test_plan_local_says_exl3_cannot_run_without_nvidia() -> None:
     plan = plan_local(load_recorded("cpu-avx2-laptop-16gb"), "exl3", model.architecture, 4_500_000_000)
     assert plan.fit.verdict == "wont_fit"
     assert "NVIDIA" in plan.fit.advice[0]
+
+
+def test_llamacpp_plans_count_full_sliding_window_caches() -> None:
+    # Our llama.cpp engine keeps full-size SWA caches (prefix reuse), so the plan must not assume window savings,
+    # while MLX's rotating caches do keep only the window.
+    from launcher.advisor.fit import kv_cache_bytes
+
+    arch = default_catalog().starter.architecture
+    machine = load_recorded("this-linux-vm")
+    plan = plan_local(machine, "gguf", arch, 253_000_000, context=32768, parallel=2)
+    assert plan.fit.kv_bytes == kv_cache_bytes(arch, 32768, 2, sliding_window_aware=False)
+    mlx_plan = plan_local(machine, "mlx", arch, 253_000_000, context=32768, parallel=2)
+    assert mlx_plan.fit.kv_bytes == kv_cache_bytes(arch, 32768, 2)
