@@ -30,33 +30,38 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser (every subcommand module is imported, none of their runtimes)."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser. Only `command`'s module is imported (all of them when None), so
+    `launcher gui` does not pay for the server's or the bench's imports before its window shows."""
     parser = argparse.ArgumentParser(prog="launcher", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"launcher {__version__}")
     parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default), ERROR")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
-        try:
-            module = import_module(module_name)
-        except ModuleNotFoundError as err:
-            if err.name and err.name.startswith("launcher."):
-                continue  # command not built in this checkout
-            raise
-        command = sub.add_parser(name, help=help_text, description=help_text)
-        module.add_arguments(command)
-        command.set_defaults(_run=module.run)
+        subparser = sub.add_parser(name, help=help_text, description=help_text)
+        if command is not None and name != command:
+            continue
+        module = import_module(module_name)
+        module.add_arguments(subparser)
+        subparser.set_defaults(_run=module.run)
     return parser
+
+
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand named in argv (the first bare word that is one), or None."""
+    return next((word for word in argv if word in COMMANDS), None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     from launcher.core import logging as launcher_logging
 
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = _command_in(words)
+    if command is None and not any(w in ("-h", "--help", "--version") for w in words):
+        words, command = ["gui", *words], "gui"  # a double-click or a bare `launcher` opens the app
+    args = build_parser(command).parse_args(words)
     launcher_logging.setup(args.log_level)
-    if args.command is None:
-        args = build_parser().parse_args(["gui", *(argv or sys.argv[1:])])
     try:
         code: int = args._run(args)
         return code
