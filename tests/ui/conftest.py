@@ -28,7 +28,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(autouse=True)
 def no_leftovers(qapp) -> Iterator[None]:  # type: ignore[no-untyped-def]
-    """Fail the test if it leaves threads, pool jobs or child processes behind."""
+    """Fail the test if it leaves threads, pool jobs or child processes behind.
+
+    Only processes started during this test count: session-scoped servers of other test
+    packages (conformance, integrations) may legitimately be alive while UI tests run.
+    """
+    before = {c.pid for c in psutil.Process().children(recursive=True)}
     yield
     problems: list[str] = []
     if not workers.pool().waitForDone(10_000):
@@ -38,11 +43,18 @@ def no_leftovers(qapp) -> Iterator[None]:  # type: ignore[no-untyped-def]
         thread.wait(5000)
     if workers.running_threads():
         problems.append(f"worker threads still running: {workers.running_threads()}")
-    children = [c for c in psutil.Process().children(recursive=True) if c.is_running()]
-    children = [c for c in children if c.status() != psutil.STATUS_ZOMBIE]
-    for child in children:
-        child.kill()
-    if children:
-        problems.append(f"child processes left running: {[c.cmdline() for c in children]}")
+    leftovers: list[str] = []
+    for child in psutil.Process().children(recursive=True):
+        if child.pid in before:
+            continue
+        try:  # a child may exit (or become a zombie) while we look at it
+            if child.status() == psutil.STATUS_ZOMBIE:
+                continue
+            leftovers.append(" ".join(child.cmdline()))
+            child.kill()
+        except psutil.Error:
+            continue
+    if leftovers:
+        problems.append(f"child processes left running: {leftovers}")
     if problems:
         pytest.fail("; ".join(problems))
