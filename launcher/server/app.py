@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import cast
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -83,9 +84,9 @@ def create_app(
     The model is closed when the app shuts down.
     """
     state = ServerState(config=config, engine_name=engine_name, engine_reason=engine_reason)
-    if not callable(model) or hasattr(model, "info"):
-        state.attach(model)  # type: ignore[arg-type]
-        loader: ModelLoader | None = None
+    loader: ModelLoader | None = None
+    if hasattr(model, "generate"):  # already loaded
+        state.attach(cast(LoadedModel, model))
     else:
         loader = model
 

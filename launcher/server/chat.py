@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from launcher.engines.base import Constraint, SamplingParams, TokenLogprob
-from launcher.server.errors import ApiError, bad_request
+from launcher.server.errors import bad_request
 from launcher.server.generation import Chunk, Generation, Usage, start_generation, tokenize_prompt
+from launcher.server.reasoning import ThinkSplitter
 from launcher.server.state import ServerState
 from launcher.server.templates import TemplateError, ToolFormat
 from launcher.server.toolcalls import ParsedToolCall, StreamingToolParser, TextPiece, tool_constraint
@@ -49,6 +50,13 @@ class TextDelta:
 
 
 @dataclass(frozen=True)
+class ReasoningDelta:
+    """The model's thinking (from `<think>` tags), apart from the answer."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class ToolCallDelta:
     """One complete tool call, numbered from 0 in the reply."""
 
@@ -66,7 +74,7 @@ class ChatDone:
     error: str | None = None
 
 
-ChatEvent = TextDelta | ToolCallDelta | ChatDone
+ChatEvent = TextDelta | ReasoningDelta | ToolCallDelta | ChatDone
 
 
 def text_of(content: Any, *, param: str) -> str:
@@ -159,6 +167,7 @@ class ChatRun:
     generation: Generation
     tool_format: ToolFormat | None  # None: tool calls are not parsed
     constrained: bool
+    thinking: ThinkSplitter | None = None  # None: the model does not think in tags
 
     @property
     def prompt_tokens(self) -> int:
@@ -169,27 +178,42 @@ class ChatRun:
         """Text deltas and tool calls as they become certain, then `ChatDone`."""
         parser = StreamingToolParser(self.tool_format) if self.tool_format else None
         calls = 0
+
+        def answer(text: str, logprobs: tuple[TokenLogprob, ...], final: bool) -> list[ChatEvent]:
+            nonlocal calls
+            if parser is None:
+                return [TextDelta(text, logprobs)] if (text or logprobs) else []
+            out: list[ChatEvent] = []
+            for event in parser.feed(text) + (parser.finish() if final else []):
+                if isinstance(event, TextPiece):
+                    if event.text:
+                        out.append(TextDelta(event.text, logprobs))
+                else:
+                    out.append(ToolCallDelta(calls, event))
+                    calls += 1
+            return out
+
+        def split(text: str, logprobs: tuple[TokenLogprob, ...], final: bool) -> list[ChatEvent]:
+            if self.thinking is None:
+                return answer(text, logprobs, final)
+            pieces = self.thinking.feed(text) + (self.thinking.finish() if final else [])
+            out: list[ChatEvent] = []
+            for kind, piece in pieces:
+                if kind == "reasoning":
+                    out.append(ReasoningDelta(piece))
+                else:
+                    out.extend(answer(piece, logprobs, False))
+            if final:
+                out.extend(answer("", (), True))
+            return out
+
         async for item in self.generation:
             if isinstance(item, Chunk):
-                if parser is None:
-                    if item.text or item.logprobs:
-                        yield TextDelta(item.text, item.logprobs)
-                    continue
-                for event in parser.feed(item.text):
-                    if isinstance(event, TextPiece):
-                        yield TextDelta(event.text, item.logprobs)
-                    else:
-                        yield ToolCallDelta(calls, event)
-                        calls += 1
+                for event in split(item.text, item.logprobs, False):
+                    yield event
                 continue
-            if parser is not None:
-                for event in parser.finish():
-                    if isinstance(event, TextPiece):
-                        if event.text:
-                            yield TextDelta(event.text)
-                    else:
-                        yield ToolCallDelta(calls, event)
-                        calls += 1
+            for event in split("", (), True):
+                yield event
             reason: ChatFinish = item.reason
             if calls and item.reason in ("stop", "length"):
                 reason = "tool_calls"
@@ -200,15 +224,19 @@ class ChatRun:
         await self.generation.aclose()
 
 
+def _render_text(state: ServerState, options: ChatOptions) -> str:
+    _, template = state.require_model()
+    tools = options.tools if options.tool_choice != "none" else []
+    try:
+        return template.render(options.messages, tools or None)
+    except TemplateError as err:
+        raise bad_request(str(err), param="messages") from err
+
+
 def render_prompt(state: ServerState, options: ChatOptions) -> list[int]:
     """Prompt tokens for a chat request (also used by count_tokens)."""
     model, template = state.require_model()
-    tools = options.tools if options.tool_choice != "none" else []
-    try:
-        text = template.render(options.messages, tools or None)
-    except TemplateError as err:
-        raise bad_request(str(err), param="messages") from err
-    return tokenize_prompt(model, text, template_bos=template.bos_token)
+    return tokenize_prompt(model, _render_text(state, options), template_bos=template.bos_token)
 
 
 async def start_chat(state: ServerState, options: ChatOptions) -> ChatRun:
@@ -216,7 +244,8 @@ async def start_chat(state: ServerState, options: ChatOptions) -> ChatRun:
     model, template = state.require_model()
     if options.tool_choice not in ("none", "auto") and not options.tools:
         raise bad_request("tool_choice requires tools.", param="tool_choice")
-    prompt = render_prompt(state, options)
+    text = _render_text(state, options)
+    prompt = tokenize_prompt(model, text, template_bos=template.bos_token)
     constraint = options.response_format
     tool_format: ToolFormat | None = None
     constrained = False
@@ -227,19 +256,19 @@ async def start_chat(state: ServerState, options: ChatOptions) -> ChatRun:
             constrained = True
     if options.tools and options.tool_choice == "auto" and options.response_format is not None:
         tool_format = None  # a JSON reply was asked for; do not read it as a call
-    try:
-        generation = await start_generation(
-            model,
-            state.metrics,
-            prompt,
-            max_tokens=options.max_tokens,
-            sampling=options.sampling,
-            constraint=constraint,
-            stops=options.stops,
-            logprobs=options.logprobs,
-            ignore_eos=options.ignore_eos,
-            request_id=options.request_id,
-        )
-    except ApiError:
-        raise
-    return ChatRun(generation, tool_format, constrained)
+    generation = await start_generation(
+        model,
+        state.metrics,
+        prompt,
+        max_tokens=options.max_tokens,
+        sampling=options.sampling,
+        constraint=constraint,
+        stops=options.stops,
+        logprobs=options.logprobs,
+        ignore_eos=options.ignore_eos,
+        request_id=options.request_id,
+    )
+    thinking = None
+    if constraint is None and "<think>" in template.source:
+        thinking = ThinkSplitter(starts_inside=text.rstrip().endswith("<think>"))
+    return ChatRun(generation, tool_format, constrained, thinking)

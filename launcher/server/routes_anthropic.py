@@ -14,6 +14,7 @@ from launcher.server.chat import (
     ChatDone,
     ChatOptions,
     ChatRun,
+    ReasoningDelta,
     TextDelta,
     ToolCallDelta,
     normalize_history,
@@ -175,6 +176,11 @@ async def messages(request: Request) -> Any:
                     content[-1]["text"] += event.text
                 elif event.text.strip():
                     content.append({"type": "text", "text": event.text})
+            elif isinstance(event, ReasoningDelta):
+                if content and content[-1]["type"] == "thinking":
+                    content[-1]["thinking"] += event.text
+                else:
+                    content.append({"type": "thinking", "thinking": event.text, "signature": ""})
             elif isinstance(event, ToolCallDelta):
                 content.append(
                     {
@@ -229,28 +235,45 @@ async def _stream(run: ChatRun, message_id: str, model_id: str) -> AsyncIterator
     )
     yield named_event("ping", {"type": "ping"})
     index = -1
-    text_open = False
+    open_kind: str | None = None  # "text" or "thinking" while such a block is open
+
+    def stop_block() -> list[bytes]:
+        nonlocal open_kind
+        if open_kind is None:
+            return []
+        open_kind = None
+        return [named_event("content_block_stop", {"type": "content_block_stop", "index": index})]
+
+    def start_block(kind: str) -> list[bytes]:
+        nonlocal index, open_kind
+        events = stop_block()
+        index += 1
+        open_kind = kind
+        block = (
+            {"type": "text", "text": ""} if kind == "text" else {"type": "thinking", "thinking": "", "signature": ""}
+        )
+        events.append(
+            named_event("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
+        )
+        return events
+
     async for event in run.events():
-        if isinstance(event, TextDelta):
-            if not event.text:
-                continue
-            if not text_open:
-                if not event.text.strip():
-                    continue  # no block for leading whitespace
-                index += 1
-                text_open = True
-                yield named_event(
-                    "content_block_start",
-                    {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}},
-                )
-            yield named_event(
-                "content_block_delta",
-                {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": event.text}},
+        if isinstance(event, TextDelta | ReasoningDelta):
+            kind = "text" if isinstance(event, TextDelta) else "thinking"
+            if not event.text or (open_kind != kind and not event.text.strip()):
+                continue  # no block for whitespace between blocks
+            if open_kind != kind:
+                for chunk in start_block(kind):
+                    yield chunk
+            delta = (
+                {"type": "text_delta", "text": event.text}
+                if kind == "text"
+                else {"type": "thinking_delta", "thinking": event.text}
             )
+            yield named_event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
         elif isinstance(event, ToolCallDelta):
-            if text_open:
-                yield named_event("content_block_stop", {"type": "content_block_stop", "index": index})
-                text_open = False
+            for chunk in stop_block():
+                yield chunk
             index += 1
             block = {
                 "type": "tool_use",
@@ -272,8 +295,8 @@ async def _stream(run: ChatRun, message_id: str, model_id: str) -> AsyncIterator
             )
             yield named_event("content_block_stop", {"type": "content_block_stop", "index": index})
         else:
-            if text_open:
-                yield named_event("content_block_stop", {"type": "content_block_stop", "index": index})
+            for chunk in stop_block():
+                yield chunk
             if event.finish_reason == "error":
                 yield named_event(
                     "error",

@@ -15,6 +15,7 @@ from launcher.server.chat import (
     ChatDone,
     ChatOptions,
     ChatRun,
+    ReasoningDelta,
     TextDelta,
     ToolCallDelta,
     normalize_history,
@@ -167,11 +168,14 @@ async def chat_completions(request: Request) -> Any:
         text: list[str] = []
         logprobs: list[dict[str, Any]] = []
         calls: list[dict[str, Any]] = []
+        reasoning: list[str] = []
         done: ChatDone | None = None
         for event in await collect_until_disconnect(request, run.events()):
             if isinstance(event, TextDelta):
                 text.append(event.text)
                 logprobs.extend(openai_logprobs(event.logprobs))
+            elif isinstance(event, ReasoningDelta):
+                reasoning.append(event.text)
             elif isinstance(event, ToolCallDelta):
                 calls.append(_tool_call_json(event))
             else:
@@ -183,6 +187,8 @@ async def chat_completions(request: Request) -> Any:
         raise ApiError(500, f"Generation failed: {done.error or 'engine error'}")
     content = "".join(text)
     message: dict[str, Any] = {"role": "assistant", "content": content if (content or not calls) else None}
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
     if calls:
         message["tool_calls"] = calls
     return JSONResponse(
@@ -231,6 +237,8 @@ async def _chat_stream(
             if event.text or event.logprobs:
                 logprobs = {"content": openai_logprobs(event.logprobs)} if want_logprobs else None
                 yield chunk({"content": event.text}, logprobs=logprobs)
+        elif isinstance(event, ReasoningDelta):
+            yield chunk({"reasoning_content": event.text})
         elif isinstance(event, ToolCallDelta):
             call = _tool_call_json(event)
             arguments = call["function"]["arguments"]

@@ -16,6 +16,7 @@ from launcher.server.chat import (
     ChatDone,
     ChatOptions,
     ChatRun,
+    ReasoningDelta,
     TextDelta,
     ToolCallDelta,
     normalize_history,
@@ -209,6 +210,8 @@ async def responses(request: Request) -> Any:
     output: list[dict[str, Any]] = []
     try:
         for event in await collect_until_disconnect(request, run.events()):
+            if isinstance(event, ReasoningDelta):
+                continue  # reasoning is not replayed to Responses clients
             if isinstance(event, TextDelta):
                 text += event.text
             elif isinstance(event, ToolCallDelta):
@@ -261,6 +264,8 @@ async def _stream(run: ChatRun, builder: _ResponseBuilder) -> AsyncIterator[byte
         return events
 
     async for event in run.events():
+        if isinstance(event, ReasoningDelta):
+            continue
         if isinstance(event, TextDelta):
             if not event.text or (text_item is None and not event.text.strip()):
                 continue

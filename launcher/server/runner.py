@@ -84,9 +84,8 @@ def serve(config: ServeConfig) -> int:
     server = uvicorn.Server(
         uvicorn.Config(
             app,
-            log_level=logging.getLevelName(logging.getLogger().level).lower()
-            if log.isEnabledFor(logging.INFO)
-            else "warning",
+            # uvicorn follows `launcher --log-level` (its startup chatter only from INFO down)
+            log_level="info" if logging.getLogger().isEnabledFor(logging.INFO) else "warning",
             access_log=False,
             lifespan="on",
             timeout_graceful_shutdown=3,
