@@ -80,16 +80,12 @@ def launcher_serve(
     *,
     log_path: Path | None = None,
     timeout: float = 300.0,
-    command_prefix: Sequence[str] | None = None,
 ) -> Iterator[ServerProcess]:
     """Run `python -m launcher serve ARGS`, wait for LAUNCHER_READY, stop it on exit.
 
-    `command_prefix` replaces `python -m launcher serve` (the comparison script uses it to
-    run the same CLI under a small wrapper). Raises ServerError with the server's
-    LAUNCHER_ERROR message (or its exit) when it fails to start.
+    Raises ServerError with the server's LAUNCHER_ERROR message (or its exit) when it fails to start.
     """
-    prefix = list(command_prefix) if command_prefix else [sys.executable, "-m", "launcher", "serve"]
-    command = [*prefix, *serve_args]
+    command = [sys.executable, "-m", "launcher", "serve", *serve_args]
     log = open(log_path, "w", encoding="utf-8") if log_path else subprocess.DEVNULL  # noqa: SIM115
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=_child_env())
     lines: list[str] = []
