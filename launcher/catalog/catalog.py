@@ -63,10 +63,6 @@ def find(model_id: str) -> CatalogModel:
     entry = catalog.get(model_id)
     if entry is None:
         close = [m.id for m in catalog.models if model_id.lower() in m.id][:5]
-        hint = (
-            f" Did you mean: {', '.join(close)}?"
-            if close
-            else " Run `launcher models --catalog` to list ids."
-        )
+        hint = f" Did you mean: {', '.join(close)}?" if close else " Run `launcher models --catalog` to list ids."
         raise CatalogError(f"No catalog model {model_id!r}.{hint}")
     return entry

@@ -117,9 +117,7 @@ def pull(
     tracker.finish()
     snapshot = where.storage / "snapshots" / plan.commit
     path = snapshot / plan.entry_file if plan.entry_file else snapshot
-    return LocalModel(
-        path=path, format=plan.format, name=plan.name, quant=plan.quant, catalog_id=plan.catalog_id
-    )
+    return LocalModel(path=path, format=plan.format, name=plan.name, quant=plan.quant, catalog_id=plan.catalog_id)
 
 
 def _pointer(storage: Path, plan: PullPlan, remote: RemoteFile) -> Path:
@@ -231,8 +229,7 @@ def _download_blob(
         hasher.abort()
         if err.errno == errno.ENOSPC:
             raise DiskFullError(
-                f"The disk filled up while downloading {remote.path}; free some space and run the pull "
-                "again to resume."
+                f"The disk filled up while downloading {remote.path}; free some space and run the pull again to resume."
             ) from None
         if isinstance(err, HUB_EXCEPTIONS):
             raise translate_hub_error(err, plan.repo_id, ctx, file=remote.path) from None

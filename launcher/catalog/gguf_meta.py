@@ -236,9 +236,7 @@ def shard_paths(path: Path) -> list[Path]:
     if not match:
         return [path]
     count = int(match["count"])
-    return [
-        path.with_name(f"{match['stem']}-{index:05d}-of-{count:05d}.gguf") for index in range(1, count + 1)
-    ]
+    return [path.with_name(f"{match['stem']}-{index:05d}-of-{count:05d}.gguf") for index in range(1, count + 1)]
 
 
 def read_gguf_metadata(path: str | Path) -> GgufMetadata:

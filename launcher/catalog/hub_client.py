@@ -98,9 +98,7 @@ def offline_error(reason: str) -> OfflineError:
     return OfflineError(f"{reason}\nModels available locally:\n{available}")
 
 
-def translate_hub_error(
-    err: Exception, repo_id: str, ctx: HubContext, *, file: str | None = None
-) -> LauncherError:
+def translate_hub_error(err: Exception, repo_id: str, ctx: HubContext, *, file: str | None = None) -> LauncherError:
     """A huggingface_hub / network exception as the launcher error a user can act on."""
     settings_hint = f'set HF_TOKEN or add hf_token = "hf_..." to {paths.settings_file()}'
     if isinstance(err, hub_errors.GatedRepoError):
@@ -110,9 +108,7 @@ def translate_hub_error(
             + (" The token in use has no access yet." if ctx.token else "")
         )
     if isinstance(err, hub_errors.RevisionNotFoundError):
-        return RepoNotFoundError(
-            f"{repo_id} has no revision (branch, tag or commit) like that on {ctx.endpoint}."
-        )
+        return RepoNotFoundError(f"{repo_id} has no revision (branch, tag or commit) like that on {ctx.endpoint}.")
     if isinstance(err, hub_errors.RemoteEntryNotFoundError):
         what = f"File {file!r}" if file else "That file"
         return RepoNotFoundError(f"{what} is not in {repo_id} on {ctx.endpoint}.")
@@ -133,13 +129,9 @@ def translate_hub_error(
     if isinstance(err, httpx2.ConnectError | httpx2.TimeoutException | hub_errors.LocalEntryNotFoundError):
         return offline_error(f"Cannot reach {ctx.endpoint} (no network, or the mirror is down).")
     if isinstance(err, httpx2.TransportError):
-        return DownloadError(
-            f"The connection to {ctx.endpoint} failed ({err}). Run the pull again to resume."
-        )
+        return DownloadError(f"The connection to {ctx.endpoint} failed ({err}). Run the pull again to resume.")
     if isinstance(err, hub_errors.FileMetadataError):
-        return DownloadError(
-            f"{ctx.endpoint} does not answer like a Hugging Face Hub (check HF_ENDPOINT): {err}"
-        )
+        return DownloadError(f"{ctx.endpoint} does not answer like a Hugging Face Hub (check HF_ENDPOINT): {err}")
     return DownloadError(f"Hub request for {repo_id} failed: {err}")
 
 

@@ -134,9 +134,7 @@ def _revision_entries(
                     commit=revision.commit_hash,
                     refs=refs,
                     architecture=detected.architecture,
-                    problem=None
-                    if (revision.snapshot_path / "config.json").exists()
-                    else "config.json missing",
+                    problem=None if (revision.snapshot_path / "config.json").exists() else "config.json missing",
                 )
             )
     return out
@@ -149,9 +147,7 @@ def _relative(path: Path, root: Path) -> str:
         return path.name
 
 
-def gguf_entry(
-    path: Path, *, source: Source, size_bytes: int | None = None, name: str | None = None
-) -> LibraryEntry:
+def gguf_entry(path: Path, *, source: Source, size_bytes: int | None = None, name: str | None = None) -> LibraryEntry:
     """A library entry for a GGUF file (first shard of a split), with its header metadata."""
     problem = None
     meta: GgufMetadata | None = None
@@ -271,9 +267,7 @@ def _imported_entry(path: Path, name: str) -> LibraryEntry:
         problem = "no .gguf or .safetensors model found" if not ggufs else "several GGUF models: add one file"
         return LibraryEntry(model=model, source="imported", size_bytes=_size(path), problem=problem)
     model = LocalModel(path=path, format=detected.format, name=name, quant=detected.quant)
-    return LibraryEntry(
-        model=model, source="imported", size_bytes=_size(path), architecture=detected.architecture
-    )
+    return LibraryEntry(model=model, source="imported", size_bytes=_size(path), architecture=detected.architecture)
 
 
 def add_imported(path: str | Path, name: str | None = None) -> LibraryEntry:
@@ -371,11 +365,7 @@ def _delete_gguf_files(entry: LibraryEntry, info: Any) -> int:
     doomed = set(shard_paths(entry.model.path))
     revision = next(rev for repo in info.repos for rev in repo.revisions if rev.commit_hash == entry.commit)
     other_blobs = {
-        f.blob_path
-        for repo in info.repos
-        for rev in repo.revisions
-        for f in rev.files
-        if f.file_path not in doomed
+        f.blob_path for repo in info.repos for rev in repo.revisions for f in rev.files if f.file_path not in doomed
     }
     freed = 0
     for file in revision.files:

@@ -126,9 +126,7 @@ def architecture_from_config(
     params_b = weights_bytes * 8 / (bits_per_weight or 16.0) / 1e9
     sliding = _int(config.get("sliding_window")) if config.get("use_sliding_window", True) else None
     layer_types = config.get("layer_types")
-    full_layers = (
-        sum(1 for kind in layer_types if kind == "full_attention") if isinstance(layer_types, list) else None
-    )
+    full_layers = sum(1 for kind in layer_types if kind == "full_attention") if isinstance(layer_types, list) else None
     try:
         return Architecture(
             params_total_b=params_b,
@@ -149,12 +147,8 @@ def architecture_from_config(
 
 
 def _int(value: Any) -> int | None:
-    return (
-        int(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
-    )
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
 
 
 def _float(value: Any) -> float | None:
-    return (
-        float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
-    )
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None

@@ -127,9 +127,7 @@ class ProgressTracker:
     def check_cancelled(self) -> None:
         """Raise DownloadCancelled when the user asked to stop."""
         if self._cancel is not None and self._cancel.is_set():
-            raise DownloadCancelled(
-                "Download cancelled. The partial file is kept: run the same pull again to resume."
-            )
+            raise DownloadCancelled("Download cancelled. The partial file is kept: run the same pull again to resume.")
 
     # -- numbers --------------------------------------------------------------------------------
 

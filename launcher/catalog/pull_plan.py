@@ -88,9 +88,7 @@ def _plan_catalog(
     variant: MlxVariant | ExlVariant = (
         entry.mlx[quant] if fmt == "mlx" else entry.exl3[quant] if fmt == "exl3" else entry.exl2[quant]
     )
-    return plan_repo(
-        variant.repo, None, fmt=fmt, quant=quant, revision=variant.revision, ctx=ctx, catalog_id=entry.id
-    )
+    return plan_repo(variant.repo, None, fmt=fmt, quant=quant, revision=variant.revision, ctx=ctx, catalog_id=entry.id)
 
 
 def choose_variant(
@@ -185,9 +183,7 @@ def plan_repo(
     return _directory_plan(repo_id, revision, commit, siblings, tags, fmt, quant, catalog_id)
 
 
-def _repo_files(
-    repo_id: str, revision: str | None, ctx: HubContext
-) -> tuple[list[RemoteFile], str, list[str]]:
+def _repo_files(repo_id: str, revision: str | None, ctx: HubContext) -> tuple[list[RemoteFile], str, list[str]]:
     try:
         info = ctx.api().model_info(repo_id, revision=revision, files_metadata=True)
     except HUB_EXCEPTIONS as err:

@@ -62,9 +62,7 @@ def resolve_path(path: Path) -> LocalModel:
     if ggufs:
         choices = ", ".join(sorted(ggufs))
         raise ModelNotFoundError(f"{path} holds several GGUF models; give one file: {choices}")
-    raise ModelNotFoundError(
-        f"{path} has no .gguf file and no safetensors model (config.json + *.safetensors)."
-    )
+    raise ModelNotFoundError(f"{path} has no .gguf file and no safetensors model (config.json + *.safetensors).")
 
 
 def _not_found_message(spec: str, entries: list[library.LibraryEntry]) -> str:

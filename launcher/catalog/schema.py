@@ -74,9 +74,7 @@ class GgufQuant(BaseModel):
                     f"at position {position}"
                 )
         stems = {
-            (name.rpartition("/")[0], match["stem"])
-            for name, match in zip(self.files, shards, strict=True)
-            if match
+            (name.rpartition("/")[0], match["stem"]) for name, match in zip(self.files, shards, strict=True) if match
         }
         if len(stems) != 1:
             raise ValueError(f"split GGUF shards belong to different files: {self.files}")
@@ -165,8 +163,7 @@ class Architecture(BaseModel):
     def _consistent(self) -> Architecture:
         if self.params_active_b > self.params_total_b:
             raise ValueError(
-                f"params_active_b ({self.params_active_b}) cannot exceed "
-                f"params_total_b ({self.params_total_b})"
+                f"params_active_b ({self.params_active_b}) cannot exceed params_total_b ({self.params_total_b})"
             )
         if self.attention_heads % self.kv_heads:
             raise ValueError(
@@ -184,11 +181,7 @@ class Architecture(BaseModel):
             raise ValueError("experts and experts_active go together")
         # Only structural rules here: GgufMetadata.to_architecture() builds this from arbitrary files too.
         # Catalog-data expectations (MoE active << total, dense active == total) live in the data tests.
-        if (
-            self.experts is not None
-            and self.experts_active is not None
-            and self.experts_active > self.experts
-        ):
+        if self.experts is not None and self.experts_active is not None and self.experts_active > self.experts:
             raise ValueError(f"experts_active ({self.experts_active}) cannot exceed experts ({self.experts})")
         return self
 
@@ -205,15 +198,11 @@ class CatalogModel(BaseModel):
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
     name: str
-    family: str = Field(
-        description="chat/tool-call family: qwen3, qwen2.5, llama3, gemma3, mistral, gpt-oss, phi4"
-    )
+    family: str = Field(description="chat/tool-call family: qwen3, qwen2.5, llama3, gemma3, mistral, gpt-oss, phi4")
     description: str
     tags: list[str] = Field(default_factory=list)
     license: str
-    gated: bool = Field(
-        False, description="the weights this entry points at need a Hub login / licence acceptance"
-    )
+    gated: bool = Field(False, description="the weights this entry points at need a Hub login / licence acceptance")
     upstream_repo: str = Field(description="the original (unquantized) Hugging Face repo")
     upstream_gated: bool = Field(False, description="the upstream repo is gated (Llama, Gemma)")
     architecture: Architecture

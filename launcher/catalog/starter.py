@@ -69,9 +69,7 @@ def ensure_starter() -> Path:
             package.assemble(partial, overwrite=True)  # verifies the package's sha256
             os.replace(partial, target)
         except (OSError, ValueError) as err:
-            raise ModelNotFoundError(
-                f"Could not assemble the starter model into {target.parent}: {err}"
-            ) from err
+            raise ModelNotFoundError(f"Could not assemble the starter model into {target.parent}: {err}") from err
         finally:
             partial.unlink(missing_ok=True)
     return target

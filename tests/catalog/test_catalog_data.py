@@ -265,9 +265,7 @@ def test_advisor_has_a_bits_per_weight_figure_for_every_catalog_quant(shipped: C
     for model in shipped.models:
         for fmt in model.formats():
             for quant in model.quants(fmt):
-                assert quant.upper() in listed[fmt], (
-                    f"{model.id}: {fmt} {quant} not in resources/advisor/quants.csv"
-                )
+                assert quant.upper() in listed[fmt], f"{model.id}: {fmt} {quant} not in resources/advisor/quants.csv"
 
 
 def test_gated_upstreams_are_marked_and_listed_files_are_community_quants(shipped: Catalog) -> None:
@@ -355,9 +353,7 @@ def test_missing_or_second_starter_is_rejected(tmp_path: Path) -> None:
         (gguf_block('Q4_K_XL = { files = ["Tiny-Q4_K_XL.gguf"] }'), "unknown llama.cpp quant type"),
         (gguf_block('Q4_K_M = { files = ["Tiny-Q8_0.gguf"] }'), "do not carry its name"),
         (
-            gguf_block(
-                'Q8_0 = { files = ["Q8_0/T-Q8_0-00001-of-00003.gguf", "Q8_0/T-Q8_0-00002-of-00003.gguf"] }'
-            ),
+            gguf_block('Q8_0 = { files = ["Q8_0/T-Q8_0-00001-of-00003.gguf", "Q8_0/T-Q8_0-00002-of-00003.gguf"] }'),
             "must be listed 1..2 of 2",
         ),
         (
