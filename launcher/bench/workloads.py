@@ -138,16 +138,19 @@ def long_prompt_short_answer(s: WorkloadSettings, rng: random.Random, count: int
 
 
 def shared_prefix_pair(s: WorkloadSettings, rng: random.Random) -> tuple[BenchRequest, BenchRequest]:
-    """Two requests sharing a long prefix (a system prompt + document); only the last question differs.
+    """Two requests sharing a long prefix (a document); only the question at the end differs.
 
     The first one pays for the whole prefill; a server with prefix reuse answers the second
-    after prefilling only the short suffix.
+    after prefilling only the short suffix. The document goes in the user message, not a system
+    message, because some chat templates (llama-cpp-python's "gemma") drop system messages.
     """
     document = filler_text(rng, s.prefix_tokens, s.tokens_per_word)
-    system = {"role": "system", "content": f"You answer questions about this document.\n\n{document}"}
     questions = [filler_text(rng, 12, s.tokens_per_word) for _ in range(2)]
     first, second = (
-        BenchRequest((system, {"role": "user", "content": f"Question: {q} Answer briefly."}), s.short_answer_tokens)
+        BenchRequest(
+            ({"role": "user", "content": f"Document:\n{document}\n\nQuestion: {q} Answer briefly."},),
+            s.short_answer_tokens,
+        )
         for q in questions
     )
     return first, second

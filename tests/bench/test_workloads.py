@@ -22,15 +22,17 @@ def test_prompt_lengths_follow_tokens_per_word() -> None:
     assert 1000 <= words <= 1030  # 1500 / 1.5 words of notes plus the question
 
 
-def test_prefix_pairs_share_the_system_prompt_and_differ_in_the_question() -> None:
-    (prefix,) = build_workloads(("prefix",), WorkloadSettings(prefix_pairs=2))
+def test_prefix_pairs_share_the_document_and_differ_in_the_question() -> None:
+    (prefix,) = build_workloads(("prefix",), WorkloadSettings(prefix_pairs=2, tokens_per_word=1.0))
     assert len(prefix.phases) == 2
     for phase in prefix.phases:
-        cold, warm = phase.requests
+        cold, warm = (request.messages[0]["content"] for request in phase.requests)
         assert phase.sequential
-        assert cold.messages[0] == warm.messages[0]
-        assert cold.messages[1] != warm.messages[1]
-    assert prefix.phases[0].requests[0].messages[0] != prefix.phases[1].requests[0].messages[0]
+        document, question = cold.split("Question:")
+        assert warm.startswith(document) and len(document.split()) >= 2000
+        assert not warm.endswith(question)
+    first_documents = [phase.requests[0].messages[0]["content"][:200] for phase in prefix.phases]
+    assert first_documents[0] != first_documents[1]  # each pair starts cold
 
 
 def test_sweep_has_one_phase_per_level_with_at_least_that_many_requests() -> None:
