@@ -21,7 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.engines.base import FinishReason, GenerationEvent, GenerationRequest, QueueFullError, TokenLogprob
+from launcher.engines._jobs import EventOutbox, RequestPace, SchedulerCounters, Tally
+from launcher.engines.base import FinishReason, GenerationEvent, GenerationRequest, TokenLogprob
 from launcher.engines.exllama_common._backend import Backend, JobSpec
 
 log = logging.getLogger("launcher.engines.exllama")
@@ -44,20 +45,6 @@ class Job:
     started: bool = False
     prefilled: int = 0
     generated: int = 0
-
-
-@dataclass(frozen=True)
-class SchedulerCounters:
-    """A snapshot for stats (plain ints, read without a lock)."""
-
-    running: int
-    waiting: int
-    kv_used_tokens: int
-    prefix_hits: int
-    prefix_misses: int
-    prefix_hit_tokens: int
-    prefill_tokens: int
-    decode_tokens: int
 
 
 def flat_list(value: Any) -> list[Any]:
@@ -83,10 +70,9 @@ class Scheduler:
         self._inbox: list[Job] = []
         self._live: list[Job] = []  # enqueued in the generator, in submission order
         self._stopping = False
-        self._outbox: list[tuple[Job, GenerationEvent]] = []
-        self._hits = self._misses = self._hit_tokens = 0
-        self._prefill_tokens = self._decode_tokens = 0
-        self._avg_request_s = 5.0
+        self._events = EventOutbox()
+        self._tally = Tally()
+        self._pace = RequestPace()
         self._thread = threading.Thread(target=self._run, name="exllama-scheduler", daemon=True)
 
     # ----- called from other threads -----------------------------------------------------------
@@ -103,8 +89,7 @@ class Scheduler:
             if self._waiting_with_one_more() > self._max_queue:
                 self._inbox = [j for j in self._inbox if not j.cancelled]
                 if self._waiting_with_one_more() > self._max_queue:
-                    waits = self._waiting_with_one_more() / self._parallel
-                    raise QueueFullError(retry_after_s=max(1.0, round(waits * self._avg_request_s, 1)))
+                    raise self._pace.queue_full(self._waiting_with_one_more() / self._parallel)
             self._inbox.append(job)
             self._cv.notify()
 
@@ -121,15 +106,10 @@ class Scheduler:
         """Live numbers for stats()."""
         live = list(self._live)
         running = [j for j in live if j.started]
-        return SchedulerCounters(
+        return self._tally.snapshot(
             running=len(running),
             waiting=len(live) - len(running) + len(self._inbox),
             kv_used_tokens=sum(j.prefilled + j.generated for j in running),
-            prefix_hits=self._hits,
-            prefix_misses=self._misses,
-            prefix_hit_tokens=self._hit_tokens,
-            prefill_tokens=self._prefill_tokens,
-            decode_tokens=self._decode_tokens,
         )
 
     def stop(self) -> None:
@@ -154,7 +134,7 @@ class Scheduler:
                 try:
                     self._step(arrivals)
                 finally:
-                    self._flush()
+                    self._events.flush()
         except Exception:
             log.exception("ExLlama scheduler crashed")
         finally:
@@ -186,7 +166,7 @@ class Scheduler:
             job.native = self._backend.make_job(job.spec)
             self._backend.enqueue(job.native)
         except Exception as err:  # a grammar the tokenizer cannot follow, a job the cache cannot hold
-            self._emit(
+            self._events.emit(
                 job,
                 GenerationEvent(
                     finish_reason="error", error=str(err) or type(err).__name__, prompt_tokens=len(job.spec.prompt)
@@ -202,7 +182,7 @@ class Scheduler:
         except Exception:
             log.exception("generator.cancel failed")
         self._live.remove(job)
-        self._emit(job, self._final(job, reason, error=error))
+        self._events.emit(job, self._final(job, reason, error=error))
 
     def _final(
         self,
@@ -234,34 +214,29 @@ class Scheduler:
         if stage == "prefill":
             job.started = True
             progress = int(result.get("curr_progress", job.prefilled))
-            self._prefill_tokens += max(0, progress - job.prefilled)
+            self._tally.prefill_tokens += max(0, progress - job.prefilled)
             job.prefilled = max(job.prefilled, progress)
             return
         if stage != "streaming":
             return
         if not job.started or job.prefilled < len(job.spec.prompt):
-            self._prefill_tokens += max(0, len(job.spec.prompt) - job.prefilled)
+            self._tally.prefill_tokens += max(0, len(job.spec.prompt) - job.prefilled)
             job.started, job.prefilled = True, len(job.spec.prompt)
         tokens = tuple(int(t) for t in flat_list(result.get("token_ids")))
         job.generated += len(tokens)
-        self._decode_tokens += len(tokens)
+        self._tally.decode_tokens += len(tokens)
         text = str(result.get("text", ""))
         logprobs = self._logprobs(job, tokens, result) if job.spec.top_logprobs is not None else ()
         if not result.get("eos"):
             if tokens or text:
-                self._emit(job, GenerationEvent(token_ids=tokens, text=text, logprobs=logprobs))
+                self._events.emit(job, GenerationEvent(token_ids=tokens, text=text, logprobs=logprobs))
             return
         reason: FinishReason = "length" if result.get("eos_reason") in _LENGTH_REASONS else "stop"
         cached = int(result.get("cached_tokens", 0) or 0)
-        if cached:
-            self._hits += 1
-            self._hit_tokens += cached
-        else:
-            self._misses += 1
+        self._tally.prefix_lookup(cached)
         self._live.remove(job)
-        elapsed = time.monotonic() - job.submitted_at
-        self._avg_request_s = 0.8 * self._avg_request_s + 0.2 * elapsed
-        self._emit(job, self._final(job, reason, cached=cached, tokens=tokens, text=text, logprobs=logprobs))
+        self._pace.finished(job.submitted_at)
+        self._events.emit(job, self._final(job, reason, cached=cached, tokens=tokens, text=text, logprobs=logprobs))
 
     def _logprobs(self, job: Job, tokens: tuple[int, ...], result: dict[str, Any]) -> tuple[TokenLogprob, ...]:
         probs = flat_list(result.get("token_probs"))
@@ -286,34 +261,10 @@ class Scheduler:
         for job in list(self._live):
             self._drop(job, "cancelled", "the model was unloaded")
         for job in waiting:
-            self._emit(job, self._final(job, "cancelled", error="the model was unloaded"))
-        self._flush()
-
-    # ----- events back to the event loop ---------------------------------------------------------
-
-    def _emit(self, job: Job, event: GenerationEvent) -> None:
-        self._outbox.append((job, event))
-
-    def _flush(self) -> None:
-        if not self._outbox:
-            return
-        outbox, self._outbox = self._outbox, []
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, GenerationEvent]]] = {}
-        for job, event in outbox:
-            by_loop.setdefault(job.loop, []).append((job, event))
-        for loop, items in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_put_all, items)
-            except RuntimeError:  # the loop is closed: nobody is listening any more
-                for job, _event in items:
-                    job.cancelled = True
+            self._events.emit(job, self._final(job, "cancelled", error="the model was unloaded"))
+        self._events.flush()
 
 
 def _log(probability: float) -> float:
     # A finite floor: JSON has no -Infinity, and a zero probability only comes from rounding.
     return math.log(probability) if probability > 0 else -9999.0
-
-
-def _put_all(items: list[tuple[Job, GenerationEvent]]) -> None:
-    for job, event in items:
-        job.queue.put_nowait(event)

@@ -27,13 +27,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from launcher.engines.base import (
-    FinishReason,
-    GenerationEvent,
-    GenerationRequest,
-    QueueFullError,
-    TokenLogprob,
-)
+from launcher.engines._jobs import EventOutbox, RequestPace, SchedulerCounters, Tally, append_bounded
+from launcher.engines.base import FinishReason, GenerationEvent, GenerationRequest, TokenLogprob
 from launcher.engines.llamacpp._batch import TokenBatch
 from launcher.engines.llamacpp._sampling import ConstraintError, build_sampler, token_logprob
 
@@ -67,20 +62,6 @@ class _Slot:
     n_generated: int = 0
     cached_prompt_tokens: int = 0
     decoder: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
-
-
-@dataclass(frozen=True)
-class SchedulerCounters:
-    """A consistent-enough snapshot for stats (plain ints read without a lock)."""
-
-    running: int
-    waiting: int
-    kv_used_tokens: int
-    prefix_hits: int
-    prefix_misses: int
-    prefix_hit_tokens: int
-    prefill_tokens: int
-    decode_tokens: int
 
 
 class Scheduler:
@@ -121,10 +102,9 @@ class Scheduler:
         self._cv = threading.Condition()
         self._stopping = False
         self._tick = 0
-        self._hits = self._misses = self._hit_tokens = 0
-        self._prefill_tokens = self._decode_tokens = 0
-        self._avg_request_s = 5.0
-        self._outbox: list[tuple[Job, GenerationEvent]] = []
+        self._tally = Tally()
+        self._pace = RequestPace()
+        self._events = EventOutbox()
         self._thread = threading.Thread(target=self._run, name="llamacpp-scheduler", daemon=True)
 
     # ----- called from other threads -----------------------------------------------------------
@@ -139,12 +119,9 @@ class Scheduler:
             if self._stopping:
                 raise RuntimeError("the model is closed")
             free = sum(1 for slot in self._slots if slot.job is None)
-            if len(self._waiting) - free >= self._max_queue:
-                self._waiting = deque(j for j in self._waiting if not j.cancelled)
-                if len(self._waiting) - free >= self._max_queue:
-                    waits = (len(self._waiting) + 1) / len(self._slots)
-                    raise QueueFullError(retry_after_s=max(1.0, round(waits * self._avg_request_s, 1)))
-            self._waiting.append(job)
+            append_bounded(
+                self._waiting, job, free=free, slots=len(self._slots), max_queue=self._max_queue, pace=self._pace
+            )
             self._cv.notify()
 
     def run_task(self, task: Callable[[], None]) -> None:
@@ -163,15 +140,10 @@ class Scheduler:
     def counters(self) -> SchedulerCounters:
         """Live numbers for stats()."""
         running = [slot for slot in self._slots if slot.job is not None]
-        return SchedulerCounters(
+        return self._tally.snapshot(
             running=len(running),
             waiting=len(self._waiting),
             kv_used_tokens=sum(slot.n_cached for slot in running),
-            prefix_hits=self._hits,
-            prefix_misses=self._misses,
-            prefix_hit_tokens=self._hit_tokens,
-            prefill_tokens=self._prefill_tokens,
-            decode_tokens=self._decode_tokens,
         )
 
     def stop(self) -> None:
@@ -199,7 +171,7 @@ class Scheduler:
                 try:
                     self._step()
                 finally:
-                    self._flush()
+                    self._events.flush()
         except Exception:
             log.exception("llama.cpp scheduler crashed")
         finally:
@@ -213,8 +185,8 @@ class Scheduler:
         for slot in list(self._running):
             self._finish(slot, "cancelled", "the model was unloaded")
         for job in waiting:
-            self._emit(job, GenerationEvent(finish_reason="cancelled", error="the model was unloaded"))
-        self._flush()
+            self._events.emit(job, GenerationEvent(finish_reason="cancelled", error="the model was unloaded"))
+        self._events.flush()
 
     def _step(self) -> None:
         for slot in list(self._running):
@@ -235,8 +207,8 @@ class Scheduler:
         self._plan_prefill(batch)
         if not self._decode(batch):
             return
-        self._decode_tokens += decode_tokens
-        self._prefill_tokens += batch.size - decode_tokens
+        self._tally.decode_tokens += decode_tokens
+        self._tally.prefill_tokens += batch.size - decode_tokens
         for slot in self._running:
             if slot.step_tokens == 0:
                 continue
@@ -308,7 +280,7 @@ class Scheduler:
             pointer = self._ll.llama_get_logits_ith(self._ctx, slot.out_index)
             logprobs = (token_logprob(pointer, self._n_vocab, token, job.request.logprobs, self._piece_text),)
         text = slot.decoder.decode(self._piece(token))
-        self._outbox.append((job, GenerationEvent(token_ids=(token,), text=text, logprobs=logprobs)))
+        self._events.emit(job, GenerationEvent(token_ids=(token,), text=text, logprobs=logprobs))
         if slot.n_generated >= job.request.max_tokens or slot.n_cached + 1 >= self._context:
             self._finish(slot, "length")
         else:
@@ -348,7 +320,7 @@ class Scheduler:
                 self._eog if job.request.ignore_eos else (),
             )
         except ConstraintError as err:
-            self._emit(job, GenerationEvent(finish_reason="error", error=str(err)))
+            self._events.emit(job, GenerationEvent(finish_reason="error", error=str(err)))
             return
         prompt = job.prompt
         shared = {slot.seq_id: self._common_prefix(slot, prompt) for slot in self._slots}
@@ -370,11 +342,7 @@ class Scheduler:
         if reuse == 0:
             self._ll.llama_memory_seq_rm(self._mem, slot.seq_id, -1, -1)
         slot.n_cached = reuse
-        if reuse:
-            self._hits += 1
-            self._hit_tokens += reuse
-        else:
-            self._misses += 1
+        self._tally.prefix_lookup(reuse)
         slot.job, slot.sampler = job, sampler
         slot.pending_token, slot.out_index, slot.n_generated = -1, -1, 0
         slot.cached_prompt_tokens = reuse
@@ -385,7 +353,7 @@ class Scheduler:
         job = slot.job
         assert job is not None
         tail = slot.decoder.decode(b"", final=True)
-        self._emit(
+        self._events.emit(
             job,
             GenerationEvent(
                 text=tail,
@@ -401,8 +369,7 @@ class Scheduler:
         self._running.remove(slot)
         self._tick += 1
         slot.last_used = self._tick
-        elapsed = time.monotonic() - job.submitted_at
-        self._avg_request_s = 0.8 * self._avg_request_s + 0.2 * elapsed
+        self._pace.finished(job.submitted_at)
         if reason == "error":
             self._clear(slot)
         if self._prefix_budget is not None:
@@ -424,28 +391,3 @@ class Scheduler:
             self._clear(slot)
             evicted = True
         return evicted
-
-    # ----- events back to the event loop ---------------------------------------------------------
-
-    def _emit(self, job: Job, event: GenerationEvent) -> None:
-        self._outbox.append((job, event))
-
-    def _flush(self) -> None:
-        """Deliver this step's events in order: one wake-up per event loop per step, not one per token."""
-        if not self._outbox:
-            return
-        outbox, self._outbox = self._outbox, []
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, GenerationEvent]]] = {}
-        for job, event in outbox:
-            by_loop.setdefault(job.loop, []).append((job, event))
-        for loop, items in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_put_all, items)
-            except RuntimeError:  # the loop is closed: nobody is listening any more
-                for job, _event in items:
-                    job.cancelled = True
-
-
-def _put_all(items: list[tuple[Job, GenerationEvent]]) -> None:
-    for job, event in items:
-        job.queue.put_nowait(event)

@@ -28,7 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.engines.base import FinishReason, GenerationEvent, GenerationRequest, QueueFullError, TokenLogprob
+from launcher.engines._jobs import EventOutbox, RequestPace, SchedulerCounters, Tally, append_bounded
+from launcher.engines.base import FinishReason, GenerationEvent, GenerationRequest, TokenLogprob
 from launcher.engines.mlx._sampling import ConstraintError, GrammarProcessor, make_processors, make_sampler
 from launcher.engines.mlx._tokens import IncrementalText, TokenizerAccess
 
@@ -63,20 +64,6 @@ class Loaded:
     config: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class SchedulerCounters:
-    """A snapshot for stats() (plain ints read without a lock)."""
-
-    running: int
-    waiting: int
-    kv_used_tokens: int
-    prefix_hits: int
-    prefix_misses: int
-    prefix_hit_tokens: int
-    prefill_tokens: int
-    decode_tokens: int
-
-
 class Scheduler:
     """Owns the MLX model on its own thread; `submit` is called from the server's event loop."""
 
@@ -96,11 +83,10 @@ class Scheduler:
         self._compile: Callable[[Job], GrammarProcessor | None] | None = None
         self._eos: list[list[int]] = []
         self._n_vocab = 0
-        self._hits = self._misses = self._hit_tokens = 0
-        self._prefill_tokens = self._decode_tokens = 0
-        self._avg_request_s = 5.0
+        self._tally = Tally()
+        self._pace = RequestPace()
         self.memory: dict[str, int] = {}
-        self._outbox: list[tuple[Job, GenerationEvent]] = []
+        self._events = EventOutbox()
         self._thread = threading.Thread(target=self._run, name="mlx-scheduler", daemon=True)
 
     # ----- called from other threads -----------------------------------------------------------
@@ -130,12 +116,9 @@ class Scheduler:
             if self._stopping:
                 raise RuntimeError("the model is closed")
             free = self._parallel - len(self._running)
-            if len(self._waiting) - free >= self._max_queue:
-                self._waiting = deque(j for j in self._waiting if not j.cancelled)
-                if len(self._waiting) - free >= self._max_queue:
-                    waits = (len(self._waiting) + 1) / self._parallel
-                    raise QueueFullError(retry_after_s=max(1.0, round(waits * self._avg_request_s, 1)))
-            self._waiting.append(job)
+            append_bounded(
+                self._waiting, job, free=free, slots=self._parallel, max_queue=self._max_queue, pace=self._pace
+            )
             self._cv.notify()
 
     def wake(self) -> None:
@@ -146,15 +129,10 @@ class Scheduler:
     def counters(self) -> SchedulerCounters:
         """Live numbers for stats()."""
         running = list(self._running.values())
-        return SchedulerCounters(
+        return self._tally.snapshot(
             running=len(running),
             waiting=len(self._waiting),
             kv_used_tokens=sum(len(j.request.prompt_tokens) + j.generated for j in running),
-            prefix_hits=self._hits,
-            prefix_misses=self._misses,
-            prefix_hit_tokens=self._hit_tokens,
-            prefill_tokens=self._prefill_tokens,
-            decode_tokens=self._decode_tokens,
         )
 
     def stop(self) -> None:
@@ -200,7 +178,7 @@ class Scheduler:
                 try:
                     self._step(generator, cache)
                 finally:
-                    self._flush()
+                    self._events.flush()
         except Exception:
             log.exception("MLX scheduler crashed")
         finally:
@@ -217,8 +195,8 @@ class Scheduler:
         for job in list(self._running.values()):
             self._finish(job, "cancelled", "the model was unloaded")
         for job in waiting:
-            self._emit(job, GenerationEvent(finish_reason="cancelled", error="the model was unloaded"))
-        self._flush()
+            self._events.emit(job, GenerationEvent(finish_reason="cancelled", error="the model was unloaded"))
+        self._events.flush()
         generator.close()
 
     def _step(self, generator: Any, cache: Any) -> None:
@@ -231,7 +209,7 @@ class Scheduler:
         if not self._running:
             return
         _prompt_responses, responses = generator.next()
-        self._decode_tokens += len(responses)
+        self._tally.decode_tokens += len(responses)
         failed: list[int] = []
         for response in responses:
             owner = self._running.get(response.uid)
@@ -258,7 +236,7 @@ class Scheduler:
         logprobs: tuple[TokenLogprob, ...] = ()
         if job.request.logprobs is not None:
             logprobs = (self._logprob(token, response.logprobs, job.request.logprobs),)
-        self._emit(job, GenerationEvent(token_ids=(token,), text=text, logprobs=logprobs))
+        self._events.emit(job, GenerationEvent(token_ids=(token,), text=text, logprobs=logprobs))
         if response.finish_reason is not None:
             self._finish(job, "length")
         return True
@@ -290,7 +268,7 @@ class Scheduler:
             try:
                 self._start(job, generator, cache)
             except ConstraintError as err:
-                self._emit(job, GenerationEvent(finish_reason="error", error=str(err)))
+                self._events.emit(job, GenerationEvent(finish_reason="error", error=str(err)))
 
     def _start(self, job: Job, generator: Any, cache: Any) -> None:
         from mlx_lm.generate import StopSequences
@@ -309,12 +287,8 @@ class Scheduler:
             else:
                 prompt_cache, rest = None, prompt
         reused = len(prompt) - len(rest)
-        if reused:
-            self._hits += 1
-            self._hit_tokens += reused
-        else:
-            self._misses += 1
-        self._prefill_tokens += len(rest)
+        self._tally.prefix_lookup(reused)
+        self._tally.prefill_tokens += len(rest)
         processors = make_processors(request.sampling, self._n_vocab, self._flat_eos() if request.ignore_eos else ())
         if job.grammar is not None:
             processors.append(job.grammar)
@@ -336,7 +310,7 @@ class Scheduler:
 
     def _finish(self, job: Job, reason: FinishReason, error: str | None = None) -> None:
         tail = job.text.flush() if job.text is not None else ""
-        self._emit(
+        self._events.emit(
             job,
             GenerationEvent(
                 text=tail,
@@ -348,8 +322,7 @@ class Scheduler:
             ),
         )
         self._running.pop(job.uid, None)
-        elapsed = time.monotonic() - job.submitted_at
-        self._avg_request_s = 0.8 * self._avg_request_s + 0.2 * elapsed
+        self._pace.finished(job.submitted_at)
 
     def _update_memory(self) -> None:
         import mlx.core as mx
@@ -359,28 +332,3 @@ class Scheduler:
             "mlx_peak": int(mx.get_peak_memory()),
             "mlx_cache": int(mx.get_cache_memory()),
         }
-
-    # ----- events back to the event loop ---------------------------------------------------------
-
-    def _emit(self, job: Job, event: GenerationEvent) -> None:
-        self._outbox.append((job, event))
-
-    def _flush(self) -> None:
-        """Deliver this step's events in order: one wake-up per event loop per step, not one per token."""
-        if not self._outbox:
-            return
-        outbox, self._outbox = self._outbox, []
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, GenerationEvent]]] = {}
-        for job, event in outbox:
-            by_loop.setdefault(job.loop, []).append((job, event))
-        for loop, items in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_put_all, items)
-            except RuntimeError:  # the loop is closed: nobody is listening any more
-                for job, _event in items:
-                    job.cancelled = True
-
-
-def _put_all(items: list[tuple[Job, GenerationEvent]]) -> None:
-    for job, event in items:
-        job.queue.put_nowait(event)

@@ -15,52 +15,13 @@ from collections.abc import AsyncIterator
 import psutil
 
 from launcher.core.errors import EngineError
+from launcher.engines._streaming import EventStream
 from launcher.engines.base import EngineStats, GenerationEvent, GenerationRequest, ModelInfo
 from launcher.engines.mlx._sampling import GrammarCompiler, GrammarProcessor
 from launcher.engines.mlx._scheduler import Job, Scheduler
 from launcher.engines.mlx._tokens import TokenizerAccess
 
 log = logging.getLogger("launcher.engines.mlx")
-
-
-class EventStream(AsyncIterator[GenerationEvent]):
-    """The async iterator `generate` returns; closing it early (aclose, task cancel, GC) cancels the job."""
-
-    def __init__(self, job: Job, scheduler: Scheduler | None) -> None:
-        self._job = job
-        self._scheduler = scheduler
-        self._done = False
-
-    def __aiter__(self) -> EventStream:
-        return self
-
-    async def __anext__(self) -> GenerationEvent:
-        if self._done:
-            raise StopAsyncIteration
-        try:
-            event = await self._job.queue.get()
-        except asyncio.CancelledError:
-            self._cancel()
-            raise
-        if event.finish_reason is not None:
-            self._done = True
-        return event
-
-    async def aclose(self) -> None:
-        """Stop generating: the scheduler drops the sequence before its next step."""
-        self._cancel()
-
-    def _cancel(self) -> None:
-        if not self._done:
-            self._done = True
-            self._job.cancelled = True
-            if self._scheduler is not None:
-                self._scheduler.wake()
-
-    def __del__(self) -> None:
-        # A stream dropped without being exhausted or closed must not keep generating.
-        if not self._done:
-            self._job.cancelled = True
 
 
 class MlxModel:

@@ -17,7 +17,8 @@ from launcher.engines.exllama_common._constraints import ConstraintError, gramma
 from launcher.engines.exllama_common._grammar_matcher import GrammarMatcher, load_ll_tokenizer
 from tests.engines.exllama.conftest import LoadFn
 from tests.engines.exllama.standin import Runtime
-from tests.engines.exllama.support import greedy, run
+from tests.engines.exllama.support import greedy
+from tests.engines.support import run
 
 SCHEMA = {
     "type": "object",

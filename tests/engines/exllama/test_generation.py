@@ -14,7 +14,8 @@ import pytest
 from launcher.engines.base import GenerationRequest, QueueFullError, SamplingParams
 from tests.engines.exllama.conftest import LoadFn
 from tests.engines.exllama.standin import Behaviour, Runtime
-from tests.engines.exllama.support import greedy, run, until
+from tests.engines.exllama.support import greedy
+from tests.engines.support import cancel_a_consuming_task, run, until
 
 CHAT = "<|im_start|>user\nHello there, how are you today?<|im_end|>\n<|im_start|>assistant\n"
 KINDS = ["exl3", "exl2"]
@@ -97,17 +98,7 @@ async def test_a_cancelled_task_cancels_its_job(load: LoadFn) -> None:
     runtime = Runtime(Behaviour(step_delay_s=0.002))
     model = load(runtime=runtime, parallel=1)
     prompt = model.tokenize(CHAT)
-    started = asyncio.Event()
-
-    async def consume() -> None:
-        async for _event in model.generate(greedy(prompt, 2000)):
-            started.set()
-
-    task = asyncio.create_task(consume())
-    await started.wait()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await cancel_a_consuming_task(model, greedy(prompt, 2000))
     await until(lambda: len(runtime.log.cancelled) == 1, "generator.cancel")
     await until(lambda: model.stats().requests_running == 0, "the slot to free")
 

@@ -11,7 +11,8 @@ import pytest
 from launcher.core.errors import EngineError
 from launcher.engines.base import Constraint, GenerationRequest, SamplingParams
 from launcher.engines.llamacpp.model import LlamaCppModel
-from tests.engines.llamacpp.support import greedy, load, run
+from tests.engines.llamacpp.support import load
+from tests.engines.support import greedy, run
 
 SCHEMA = {
     "type": "object",

@@ -6,7 +6,7 @@ import asyncio
 
 from launcher.engines.base import GenerationRequest, SamplingParams
 from launcher.engines.llamacpp.model import LlamaCppModel
-from tests.engines.llamacpp.support import greedy, run
+from tests.engines.support import greedy, run
 
 
 async def test_greedy_generation_is_deterministic(tiny_model: LlamaCppModel, text_prompt: list[int]) -> None:

@@ -10,44 +10,23 @@ import pytest
 
 from launcher.engines.base import GenerationEvent, QueueFullError
 from launcher.engines.llamacpp.model import LlamaCppModel
-from tests.engines.llamacpp.support import greedy, load, run
-
-
-async def _until(condition: object, what: str) -> None:
-    """Wait for the scheduler thread to reach a state (polling the event loop, never a fixed sleep)."""
-    for _ in range(2000):
-        if condition():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.engines.llamacpp.support import load
+from tests.engines.support import (
+    cancel_a_consuming_task,
+    close_a_stream_and_check_its_sequence_is_freed,
+    greedy,
+    run,
+    until,
+)
 
 
 async def test_closing_a_stream_frees_its_sequence(tiny_model: LlamaCppModel, text_prompt: list[int]) -> None:
-    stream = tiny_model.generate(greedy(text_prompt, 3000))
-    seen = [await anext(stream) for _ in range(3)]
-    assert all(event.token_ids for event in seen)
-    assert tiny_model.stats().requests_running == 1
-    assert tiny_model.stats().kv_cache_used_tokens > len(text_prompt)
-    await stream.aclose()  # type: ignore[attr-defined]
-    await _until(lambda: tiny_model.stats().requests_running == 0, "the cancelled request to leave its slot")
-    assert tiny_model.stats().kv_cache_used_tokens == 0
-    after = await run(tiny_model, greedy(text_prompt, 4))
-    assert after.last.finish_reason == "length"
+    await close_a_stream_and_check_its_sequence_is_freed(tiny_model, text_prompt, long=3000)
 
 
 async def test_a_cancelled_task_frees_its_sequence(tiny_model: LlamaCppModel, text_prompt: list[int]) -> None:
-    started = asyncio.Event()
-
-    async def consume() -> None:
-        async for _event in tiny_model.generate(greedy(text_prompt, 3000)):
-            started.set()
-
-    task = asyncio.create_task(consume())
-    await started.wait()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    await _until(lambda: tiny_model.stats().requests_running == 0, "the cancelled task's request to end")
+    await cancel_a_consuming_task(tiny_model, greedy(text_prompt, 3000))
+    await until(lambda: tiny_model.stats().requests_running == 0, "the cancelled task's request to end")
 
 
 async def test_full_queue_raises_queue_full(tiny_gguf: Path) -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.engines.llamacpp.support import greedy, load, run
+from tests.engines.llamacpp.support import load
+from tests.engines.support import greedy, run
 
 pytestmark = pytest.mark.slow
 

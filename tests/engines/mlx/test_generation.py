@@ -7,7 +7,7 @@ import json
 
 from launcher.engines.base import Constraint, GenerationRequest, SamplingParams
 from launcher.engines.mlx.model import MlxModel
-from tests.engines.mlx.support import greedy, run
+from tests.engines.support import greedy, run
 
 
 async def test_greedy_output_is_the_same_alone_and_next_to_three_other_requests(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from pathlib import Path
 
@@ -10,44 +9,23 @@ import pytest
 
 from launcher.engines.base import QueueFullError
 from launcher.engines.mlx.model import MlxModel
-from tests.engines.mlx.support import CHAT_PROMPT, greedy, load, run
-
-
-async def _until(condition: object, what: str) -> None:
-    """Wait for the scheduler thread to reach a state (polling the event loop, never a fixed sleep)."""
-    for _ in range(4000):
-        if condition():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.engines.mlx.support import CHAT_PROMPT, load
+from tests.engines.support import (
+    cancel_a_consuming_task,
+    close_a_stream_and_check_its_sequence_is_freed,
+    greedy,
+    run,
+    until,
+)
 
 
 async def test_closing_a_stream_frees_its_sequence(mlx_model: MlxModel, chat_prompt: list[int]) -> None:
-    stream = mlx_model.generate(greedy(chat_prompt, 900))
-    seen = [await anext(stream) for _ in range(3)]
-    assert all(event.token_ids for event in seen)
-    assert mlx_model.stats().requests_running == 1
-    assert mlx_model.stats().kv_cache_used_tokens > len(chat_prompt)
-    await stream.aclose()  # type: ignore[attr-defined]
-    await _until(lambda: mlx_model.stats().requests_running == 0, "the cancelled request to leave its slot")
-    assert mlx_model.stats().kv_cache_used_tokens == 0
-    after = await run(mlx_model, greedy(chat_prompt, 4))
-    assert after.last.finish_reason == "length"
+    await close_a_stream_and_check_its_sequence_is_freed(mlx_model, chat_prompt, long=900)
 
 
 async def test_a_cancelled_task_frees_its_sequence(mlx_model: MlxModel, chat_prompt: list[int]) -> None:
-    started = asyncio.Event()
-
-    async def consume() -> None:
-        async for _event in mlx_model.generate(greedy(chat_prompt, 900)):
-            started.set()
-
-    task = asyncio.create_task(consume())
-    await started.wait()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    await _until(lambda: mlx_model.stats().requests_running == 0, "the cancelled task's request to end")
+    await cancel_a_consuming_task(mlx_model, greedy(chat_prompt, 900))
+    await until(lambda: mlx_model.stats().requests_running == 0, "the cancelled task's request to end")
 
 
 async def test_full_queue_raises_queue_full_and_a_freed_slot_serves_the_next(tiny_mlx_model: Path) -> None:
