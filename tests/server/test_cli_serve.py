@@ -18,6 +18,7 @@ from launcher.core.config import ServeConfig
 from launcher.server.cli_serve import build_config
 from tests.conformance.servers import REPO_ROOT, SERVERS, start_server
 
+LLAMACPP = next(spec for spec in SERVERS if spec.engine == "llamacpp")
 READY_KEYS = {
     "url",
     "base_url",
@@ -128,7 +129,7 @@ def test_port_in_use_names_the_port_and_the_way_out(tiny_gguf: Path, tmp_path: P
 
 
 def test_ready_line_then_clean_exit_on_sigterm(tiny_gguf: Path, tmp_path: Path) -> None:
-    server = start_server(SERVERS[0], tiny_gguf, tmp_path, "--alias", "my-model")
+    server = start_server(LLAMACPP, tiny_gguf, tmp_path, "--alias", "my-model")
     try:
         assert set(server.ready) == READY_KEYS
         assert server.ready["model"] == "my-model" and server.ready["pid"] == server.process.pid
@@ -142,7 +143,7 @@ def test_ready_line_then_clean_exit_on_sigterm(tiny_gguf: Path, tmp_path: Path) 
 
 
 def test_non_loopback_bind_generates_and_requires_a_key(tiny_gguf: Path, tmp_path: Path) -> None:
-    server = start_server(SERVERS[0], tiny_gguf, tmp_path, "--host", "0.0.0.0")
+    server = start_server(LLAMACPP, tiny_gguf, tmp_path, "--host", "0.0.0.0")
     try:
         assert server.ready["api_key_required"] is True and server.ready["url"].startswith("http://127.0.0.1:")
         log = server.stderr_path.read_text()
