@@ -18,6 +18,8 @@ ENGINES_FOR_FORMAT: dict[str, tuple[str, ...]] = {
     "mlx": ("mlx",),
     "exl3": ("exllamav3",),
     "exl2": ("exllamav2",),
+    # Unquantized Hugging Face safetensors: mlx-lm loads them directly (bf16).
+    "safetensors": ("mlx",),
 }
 DEFAULT_SERVE_CONTEXT = 32768
 MIN_SERVE_CONTEXT = 2048

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher.core.config import ServeConfig
-from launcher.core.errors import ModelDoesNotFitError, ModelFormatError, ModelNotFoundError
+from launcher.core.errors import ModelDoesNotFitError
 from launcher.engines.base import LocalModel
 
 if TYPE_CHECKING:
     from launcher.advisor.fit import FitResult
+    from launcher.catalog.schema import Architecture
     from launcher.hardware.machine import Machine
 
 log = logging.getLogger(__name__)
@@ -38,21 +39,9 @@ class ServeSetup:
 
 def resolve(spec: str) -> LocalModel:
     """The model a user named (path, catalog id, library name, "" or "starter")."""
-    try:
-        from launcher.catalog.resolve import resolve_model
-    except ImportError:  # the catalog package is older than contract 4: accept a GGUF path
-        return _gguf_path(spec)
+    from launcher.catalog.resolve import resolve_model
+
     return resolve_model(spec)
-
-
-def _gguf_path(spec: str) -> LocalModel:
-    path = Path(spec).expanduser()
-    if not path.is_file():
-        raise ModelNotFoundError(f"{path} does not exist.")
-    with path.open("rb") as handle:
-        if handle.read(4) != b"GGUF":
-            raise ModelFormatError(f"{path} is not a GGUF file.")
-    return LocalModel(path=path, format="gguf", name=path.stem)
 
 
 def _fit_message(model: LocalModel, fit: FitResult) -> str:
@@ -68,33 +57,51 @@ def _fit_message(model: LocalModel, fit: FitResult) -> str:
     return f"{text}. {advice}"
 
 
+def _directory_facts(path: Path) -> tuple[Architecture | None, int]:
+    """Architecture numbers and weight bytes of a safetensors model directory (MLX, EXL2/EXL3, plain)."""
+    from launcher.catalog.local_formats import detect_directory
+
+    weights = sum(f.stat().st_size for f in path.glob("*.safetensors"))
+    detected = detect_directory(path, weights)
+    return (detected.architecture if detected else None), weights
+
+
+def _engine_status(machine: Machine) -> dict[str, str | None]:
+    """Which engines can run here, so `auto` explains an engine that is missing instead of failing later."""
+    from launcher.engines.registry import status_map
+
+    return status_map(machine)
+
+
 def plan(config: ServeConfig, machine: Machine | None = None) -> ServeSetup:
     """Resolve the model and let the advisor choose what the user left open (`machine`: probed if None)."""
     model = resolve(config.model)
     if config.alias:
         model = replace(model, name=config.alias)
-    try:
-        from launcher.advisor import plan_local
-        from launcher.catalog.gguf_meta import read_gguf_metadata
-        from launcher.hardware.probe import probe_machine
-    except ImportError as err:
-        engine = "llamacpp" if config.engine == "auto" else config.engine
-        reason = "llama.cpp runs GGUF files" if config.engine == "auto" else f"{engine} chosen with --engine"
-        log.info("advisor unavailable (%s); using %s", err, engine)
-        return ServeSetup(model, engine, reason, config)
-    if model.format != "gguf":
-        by_format = {"mlx": "mlx", "exl3": "exllamav3", "exl2": "exllamav2"}.get(model.format, "llamacpp")
-        chosen = by_format if config.engine == "auto" else config.engine
-        return ServeSetup(model, chosen, f"{chosen} runs {model.format.upper()} models", config)
-    meta = read_gguf_metadata(model.path)
+    from launcher.advisor import plan_local
+    from launcher.catalog.gguf_meta import read_gguf_metadata
+    from launcher.hardware.probe import probe_machine
+
+    arch: Architecture | None
+    if model.format == "gguf":
+        meta = read_gguf_metadata(model.path)
+        arch, weights = meta.to_architecture(), meta.file_bytes
+    else:
+        arch, weights = _directory_facts(model.path)
+        if arch is None:  # config.json without the numbers the advisor needs: the format decides alone
+            by_format = {"mlx": "mlx", "exl3": "exllamav3", "exl2": "exllamav2", "safetensors": "mlx"}
+            chosen = by_format.get(model.format, "llamacpp") if config.engine == "auto" else config.engine
+            return ServeSetup(model, chosen, f"{chosen} runs {model.format.upper()} models", config)
+    machine = machine or probe_machine()
     serve_plan = plan_local(
-        machine or probe_machine(),
+        machine,
         model.format,
-        meta.to_architecture(),
-        meta.file_bytes,
+        arch,
+        weights,
         context=config.context,
         parallel=config.parallel,
         engine=None if config.engine == "auto" else config.engine,
+        status=_engine_status(machine) if config.engine == "auto" else None,
         kv_type=config.kv_cache_type,
     )
     if not serve_plan.fit.fits:

@@ -6,9 +6,12 @@ engine. Servers are started once per session and always stopped.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import anthropic
+import openai
 import pytest
 
 from tests.conformance.servers import SERVERS, RunningServer, ServerSpec, start_server
@@ -76,3 +79,33 @@ def strict_server(
     )
     yield running
     running.stop()
+
+
+@pytest.fixture
+def openai_client() -> Iterator[Callable[..., openai.OpenAI]]:
+    """Make openai clients (no retries) that are closed after the test, so no socket outlives it."""
+    made: list[openai.OpenAI] = []
+
+    def make(**kwargs: Any) -> openai.OpenAI:
+        client = openai.OpenAI(max_retries=0, **kwargs)
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        client.close()
+
+
+@pytest.fixture
+def anthropic_client() -> Iterator[Callable[..., anthropic.Anthropic]]:
+    """Make anthropic clients (no retries) that are closed after the test."""
+    made: list[anthropic.Anthropic] = []
+
+    def make(**kwargs: Any) -> anthropic.Anthropic:
+        client = anthropic.Anthropic(max_retries=0, **kwargs)
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        client.close()

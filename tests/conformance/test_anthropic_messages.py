@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -24,8 +25,9 @@ HELLO: Any = [{"role": "user", "content": "Hello there, how are you today?"}]
 
 
 @pytest.fixture
-def claude(server: Any) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0)
+def claude(server: Any) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0) as client:
+        yield client
 
 
 def test_message_with_system_and_multi_part_content(claude: anthropic.Anthropic, model_id: str) -> None:

@@ -6,6 +6,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import anthropic
@@ -62,8 +63,10 @@ def test_bad_json_and_unknown_routes(base_url: str, server: RunningServer) -> No
     assert response.status_code == 400 and response.json()["type"] == "error"
 
 
-def test_concurrent_streams_all_complete(base_url: str, model_id: str) -> None:
-    api = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+def test_concurrent_streams_all_complete(
+    base_url: str, model_id: str, openai_client: Callable[..., openai.OpenAI]
+) -> None:
+    api = openai_client(base_url=base_url, api_key="unused")
     solo = api.chat.completions.create(model=model_id, messages=HELLO, max_tokens=16, temperature=0)
     results: list[tuple[str, str | None]] = []
     errors: list[BaseException] = []
@@ -101,8 +104,10 @@ def test_disconnect_frees_the_generation(base_url: str, root_url: str, model_id:
     assert wait_for(lambda: metric(root_url, "launcher_requests_running") == 0)
 
 
-def test_metrics_exposition(root_url: str, base_url: str, model_id: str) -> None:
-    api = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+def test_metrics_exposition(
+    root_url: str, base_url: str, model_id: str, openai_client: Callable[..., openai.OpenAI]
+) -> None:
+    api = openai_client(base_url=base_url, api_key="unused")
     before = metric(root_url, "launcher_generation_tokens_total")
     reply = api.chat.completions.create(model=model_id, messages=HELLO, max_tokens=5)
     assert reply.usage is not None
@@ -125,21 +130,25 @@ def test_metrics_exposition(root_url: str, base_url: str, model_id: str) -> None
         assert name in text
 
 
-def test_api_key_auth(strict_server: RunningServer) -> None:
+def test_api_key_auth(
+    strict_server: RunningServer,
+    openai_client: Callable[..., openai.OpenAI],
+    anthropic_client: Callable[..., anthropic.Anthropic],
+) -> None:
     model_id = str(strict_server.ready["model"])
     assert strict_server.ready["api_key_required"] is True
     with pytest.raises(openai.AuthenticationError):
-        openai.OpenAI(base_url=strict_server.base_url, api_key="wrong", max_retries=0).models.list()
-    assert openai.OpenAI(base_url=strict_server.base_url, api_key=API_KEY, max_retries=0).models.list().data
+        openai_client(base_url=strict_server.base_url, api_key="wrong").models.list()
+    assert openai_client(base_url=strict_server.base_url, api_key=API_KEY).models.list().data
     with pytest.raises(anthropic.AuthenticationError):
-        anthropic.Anthropic(base_url=strict_server.url, api_key="wrong", max_retries=0).messages.count_tokens(
+        anthropic_client(base_url=strict_server.url, api_key="wrong").messages.count_tokens(
             model=model_id, messages=HELLO
         )
-    counted = anthropic.Anthropic(base_url=strict_server.url, api_key=API_KEY, max_retries=0).messages.count_tokens(
+    counted = anthropic_client(base_url=strict_server.url, api_key=API_KEY).messages.count_tokens(
         model=model_id, messages=HELLO
     )
     assert counted.input_tokens > 0
-    bearer = anthropic.Anthropic(base_url=strict_server.url, auth_token=API_KEY, api_key=None, max_retries=0)
+    bearer = anthropic_client(base_url=strict_server.url, auth_token=API_KEY, api_key=None)
     assert bearer.messages.count_tokens(model=model_id, messages=HELLO).input_tokens == counted.input_tokens
 
 

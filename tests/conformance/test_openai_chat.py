@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -36,8 +37,9 @@ HELLO: Any = [{"role": "user", "content": "Hello there, how are you today?"}]
 
 
 @pytest.fixture
-def api(base_url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+def api(base_url: str) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
+        yield client
 
 
 def sse_payloads(response: httpx.Response) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -23,8 +24,9 @@ TOOLS: Any = [
 
 
 @pytest.fixture
-def api(base_url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+def api(base_url: str) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
+        yield client
 
 
 def test_text_response(api: openai.OpenAI, model_id: str) -> None:

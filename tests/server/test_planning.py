@@ -32,3 +32,24 @@ def test_a_model_that_cannot_fit_is_refused_with_the_numbers(tiny_gguf: Path) ->
     tiny_ram = dataclasses.replace(machine, memory=MemoryInfo(total=64 * 1024, available=16 * 1024))
     with pytest.raises(ModelDoesNotFitError, match=r"does not fit.*GiB"):
         plan(ServeConfig(model=str(tiny_gguf), context=4096), tiny_ram)
+
+
+def test_mlx_directory_gets_the_advisors_engine_and_reason(tiny_mlx_model: Path) -> None:
+    setup = plan(ServeConfig(model=str(tiny_mlx_model)), load_recorded("macbook-air-m2-16gb"))
+    assert setup.engine == "mlx"
+    assert "MLX" in setup.engine_reason
+    assert setup.config.context is not None  # the advisor sized the context for this machine
+
+
+def test_exl3_directory_without_nvidia_is_refused_with_the_reason(tiny_mlx_model: Path, tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    exl3 = tmp_path / "exl3"
+    shutil.copytree(tiny_mlx_model, exl3)
+    config = json.loads((exl3 / "config.json").read_text())
+    config.pop("quantization", None)
+    config["quantization_config"] = {"quant_method": "exl3", "bits": 4.0}
+    (exl3 / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelDoesNotFitError, match="NVIDIA"):
+        plan(ServeConfig(model=str(exl3)), load_recorded("cpu-avx2-laptop-16gb"))
