@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox, QSystemTrayIcon
 from launcher.core import settings as settings_store
 from launcher.core.errors import ConfigError
 from launcher.hardware.machine import Machine
-from launcher.ui import theme
+from launcher.ui import theme, workers
 from launcher.ui.main_window import MainWindow
 
 STARTUP_MARKER = "LAUNCHER_WINDOW_SHOWN"
@@ -91,5 +91,7 @@ def run_app(
         QMessageBox.warning(window, "Settings not loaded", f"{settings_error}\nDefaults are used for now.")
     code = app.exec()
     window.shutdown()
+    # Let running background jobs (a probe, a library scan) finish before their receivers go away.
+    workers.pool().waitForDone(10_000)
     del tray
     return int(code)

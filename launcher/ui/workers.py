@@ -79,9 +79,17 @@ class FunctionWorker(QRunnable):
         except Exception as err:  # every failure becomes text for the user, never a dead worker
             if not isinstance(err, LauncherError):
                 log.exception("background job %s failed", getattr(fn, "__name__", fn))
-            self.signals.failed.emit(error_text(err))
+            self._emit(self.signals.failed, error_text(err))
         else:
-            self.signals.done.emit(result)
+            self._emit(self.signals.done, result)
+
+    @staticmethod
+    def _emit(signal: Any, value: Any) -> None:
+        try:
+            signal.emit(value)
+        except RuntimeError:
+            # The app quit while this job ran and its receiver is gone: nobody is left to tell.
+            log.debug("background job finished after its receiver was deleted")
 
 
 def run_in_background(
