@@ -67,6 +67,56 @@ class RuntimeTokenizer:
         return self._torch.tensor([tokens], dtype=self._torch.long)
 
 
+class GeneratorBackend:
+    """The part of a `Backend` both runtimes share once their dynamic generator exists.
+
+    Subclasses set `_tokenizer` (RuntimeTokenizer), `_generator`, `_model` and `_torch` in their
+    `__init__` and add `make_job`; the generator calls are the same in exllamav2 and exllamav3
+    (generator.py of each: enqueue(job), cancel(job), iterate() -> list of result dicts).
+    """
+
+    _tokenizer: RuntimeTokenizer
+    _generator: Any
+    _model: Any
+    _torch: Any
+
+    def encode(self, text: str, *, add_bos: bool, special: bool) -> list[int]:
+        """Text to token ids."""
+        return self._tokenizer.encode(text, add_bos=add_bos, special=special)
+
+    def decode(self, tokens: list[int]) -> str:
+        """Token ids to text."""
+        return self._tokenizer.decode(tokens)
+
+    def enqueue(self, job: Any) -> None:
+        """generator.enqueue(job)."""
+        self._generator.enqueue(job)
+
+    def cancel(self, job: Any) -> None:
+        """generator.cancel(job): removes a pending job or frees an active job's cache pages."""
+        self._generator.cancel(job)
+
+    def iterate(self) -> list[dict[str, Any]]:
+        """One generator step."""
+        results: list[dict[str, Any]] = self._generator.iterate()
+        return results
+
+    def memory(self) -> dict[str, int]:
+        """CUDA memory this process holds, summed over devices."""
+        return cuda_memory(self._torch)
+
+    def _unload(self) -> None:
+        try:
+            self._model.unload()
+        except Exception:
+            log.exception("model.unload failed")
+
+    def close(self) -> None:
+        """Drop the generator and unload the model."""
+        self._generator = None
+        self._unload()
+
+
 class ExLlamaEngineBase:
     """Shared by ExLlamaV3Engine and ExLlamaV2Engine."""
 

@@ -34,7 +34,7 @@ from launcher.engines.exllama_common._availability import (
     version_tuple,
 )
 from launcher.engines.exllama_common._backend import JobSpec
-from launcher.engines.exllama_common._engine import ExLlamaEngineBase, RuntimeTokenizer, cuda_memory
+from launcher.engines.exllama_common._engine import ExLlamaEngineBase, GeneratorBackend, RuntimeTokenizer
 from launcher.engines.exllama_common._grammar_matcher import GrammarMatcher, load_ll_tokenizer
 from launcher.engines.exllama_common._hf_files import HfModelFiles
 from launcher.engines.exllama_common._sampling import v2_settings_kwargs
@@ -84,7 +84,7 @@ def batching_problem(machine: Machine, env: Environment) -> str | None:
     return None
 
 
-class V2Backend:
+class V2Backend(GeneratorBackend):
     """An EXL2 model, its cache and the dynamic generator (called from the scheduler thread)."""
 
     def __init__(self, runtime: V2Runtime, files: HfModelFiles, plan: CachePlan, kv_cache_type: str) -> None:
@@ -129,14 +129,6 @@ class V2Backend:
         self._filter_class = llguidance_filter_class(runtime.filters.ExLlamaV2Filter)
         self._ll_tokenizer: object | None = None
 
-    def encode(self, text: str, *, add_bos: bool, special: bool) -> list[int]:
-        """Text to token ids."""
-        return self._tokenizer.encode(text, add_bos=add_bos, special=special)
-
-    def decode(self, tokens: list[int]) -> str:
-        """Token ids to text."""
-        return self._tokenizer.decode(tokens)
-
     def make_job(self, spec: JobSpec) -> Any:
         """An ExLlamaV2DynamicJob for this request."""
         settings = self._gen.ExLlamaV2Sampler.Settings(**v2_settings_kwargs(spec.sampling))
@@ -163,34 +155,6 @@ class V2Backend:
             return_probs=spec.top_logprobs is not None,
             identifier=spec.identifier,
         )
-
-    def enqueue(self, job: Any) -> None:
-        """generator.enqueue(job)."""
-        self._generator.enqueue(job)
-
-    def cancel(self, job: Any) -> None:
-        """generator.cancel(job)."""
-        self._generator.cancel(job)
-
-    def iterate(self) -> list[dict[str, Any]]:
-        """One generator step."""
-        results: list[dict[str, Any]] = self._generator.iterate()
-        return results
-
-    def memory(self) -> dict[str, int]:
-        """CUDA memory this process holds, summed over devices."""
-        return cuda_memory(self._torch)
-
-    def _unload(self) -> None:
-        try:
-            self._model.unload()
-        except Exception:
-            log.exception("model.unload failed")
-
-    def close(self) -> None:
-        """Drop the generator and unload the model."""
-        self._generator = None
-        self._unload()
 
 
 class ExLlamaV2Engine(ExLlamaEngineBase):

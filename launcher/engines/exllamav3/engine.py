@@ -27,7 +27,7 @@ from launcher.core.errors import EngineUnavailableError, ModelDoesNotFitError, M
 from launcher.engines.base import Availability, ModelFormat
 from launcher.engines.exllama_common._availability import Environment, check_cuda_engine, describe
 from launcher.engines.exllama_common._backend import JobSpec
-from launcher.engines.exllama_common._engine import ExLlamaEngineBase, RuntimeTokenizer, cuda_memory
+from launcher.engines.exllama_common._engine import ExLlamaEngineBase, GeneratorBackend, RuntimeTokenizer
 from launcher.engines.exllama_common._hf_files import HfModelFiles
 from launcher.engines.exllama_common._sampling import combo_sampler_kwargs
 from launcher.engines.exllama_common._sizing import CachePlan
@@ -57,7 +57,7 @@ def import_runtime() -> V3Runtime:
     return V3Runtime(exllamav3, torch)
 
 
-class V3Backend:
+class V3Backend(GeneratorBackend):
     """An EXL3 model, its paged cache and the dynamic generator (called from the scheduler thread)."""
 
     def __init__(self, runtime: V3Runtime, files: HfModelFiles, plan: CachePlan, kv_cache_type: str) -> None:
@@ -88,14 +88,6 @@ class V3Backend:
         )
         self._torch = torch
 
-    def encode(self, text: str, *, add_bos: bool, special: bool) -> list[int]:
-        """Text to token ids."""
-        return self._tokenizer.encode(text, add_bos=add_bos, special=special)
-
-    def decode(self, tokens: list[int]) -> str:
-        """Token ids to text."""
-        return self._tokenizer.decode(tokens)
-
     def make_job(self, spec: JobSpec) -> Any:
         """An exllamav3 Job for this request."""
         ex = self._ex
@@ -116,34 +108,6 @@ class V3Backend:
             return_probs=spec.top_logprobs is not None,
             identifier=spec.identifier,
         )
-
-    def enqueue(self, job: Any) -> None:
-        """generator.enqueue(job)."""
-        self._generator.enqueue(job)
-
-    def cancel(self, job: Any) -> None:
-        """generator.cancel(job): removes a pending job or frees an active job's pages."""
-        self._generator.cancel(job)
-
-    def iterate(self) -> list[dict[str, Any]]:
-        """One generator step."""
-        results: list[dict[str, Any]] = self._generator.iterate()
-        return results
-
-    def memory(self) -> dict[str, int]:
-        """CUDA memory this process holds, summed over devices."""
-        return cuda_memory(self._torch)
-
-    def _unload(self) -> None:
-        try:
-            self._model.unload()
-        except Exception:
-            log.exception("model.unload failed")
-
-    def close(self) -> None:
-        """Drop the generator and unload the model."""
-        self._generator = None
-        self._unload()
 
 
 class ExLlamaV3Engine(ExLlamaEngineBase):
