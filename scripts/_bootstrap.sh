@@ -27,10 +27,11 @@ bootstrap_venv() {
     echo "Creating .venv with $($python --version)" >&2
     "$python" -m venv .venv
   fi
-  # Reinstall only when the dependency list or extras change (a stamp of pyproject.toml + extras).
-  local stamp=".venv/.launcher-installed"
+  # Reinstall only when pyproject.toml changed since this set of extras was installed (one stamp
+  # per set, so alternating scripts/launch and scripts/test does not reinstall every time).
+  local stamp=".venv/.launcher-installed-${extras//,/-}"
   local want
-  want="$(cat pyproject.toml; echo "$extras")"
+  want="$(cat pyproject.toml)"
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "Installing launcher[$extras] into .venv (first run compiles llama.cpp: ~5 minutes)" >&2
     .venv/bin/python -m pip install --quiet --upgrade pip
