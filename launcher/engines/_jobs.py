@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from launcher.engines._streaming import StreamJob
-from launcher.engines.base import GenerationEvent, QueueFullError
+from launcher.engines.base import EngineStats, GenerationEvent, QueueFullError
 
 JobT = TypeVar("JobT", bound=StreamJob)
 
@@ -33,6 +33,22 @@ class SchedulerCounters:
     prefix_hit_tokens: int
     prefill_tokens: int
     decode_tokens: int
+
+    def engine_stats(self, *, kv_total_tokens: int, memory: dict[str, int], kv_cap: int | None = None) -> EngineStats:
+        """These counters as the EngineStats /metrics reads (`kv_cap` bounds an estimated used count)."""
+        used = self.kv_used_tokens if kv_cap is None else min(self.kv_used_tokens, kv_cap)
+        return EngineStats(
+            requests_running=self.running,
+            requests_waiting=self.waiting,
+            kv_cache_used_tokens=used,
+            kv_cache_total_tokens=kv_total_tokens,
+            prefix_cache_hits=self.prefix_hits,
+            prefix_cache_misses=self.prefix_misses,
+            prefix_cache_hit_tokens=self.prefix_hit_tokens,
+            memory=memory,
+            prefill_tokens_total=self.prefill_tokens,
+            decode_tokens_total=self.decode_tokens,
+        )
 
 
 @dataclass

@@ -120,17 +120,8 @@ class ExLlamaModel:
     def stats(self) -> EngineStats:
         """Live numbers for /metrics (cheap; called from the event loop)."""
         counters = self._scheduler.counters()
-        return EngineStats(
-            requests_running=counters.running,
-            requests_waiting=counters.waiting,
-            kv_cache_used_tokens=min(counters.kv_used_tokens, self._plan.cache_tokens),
-            kv_cache_total_tokens=self._plan.cache_tokens,
-            prefix_cache_hits=counters.prefix_hits,
-            prefix_cache_misses=counters.prefix_misses,
-            prefix_cache_hit_tokens=counters.prefix_hit_tokens,
-            memory=self._backend.memory(),
-            prefill_tokens_total=counters.prefill_tokens,
-            decode_tokens_total=counters.decode_tokens,
+        return counters.engine_stats(
+            kv_total_tokens=self._plan.cache_tokens, memory=self._backend.memory(), kv_cap=self._plan.cache_tokens
         )
 
     def close(self) -> None:

@@ -187,18 +187,7 @@ class LlamaCppModel:
     def stats(self) -> EngineStats:
         """Live numbers for /metrics (cheap; called from the event loop)."""
         counters = self._scheduler.counters()
-        return EngineStats(
-            requests_running=counters.running,
-            requests_waiting=counters.waiting,
-            kv_cache_used_tokens=counters.kv_used_tokens,
-            kv_cache_total_tokens=self._settings.n_ctx,
-            prefix_cache_hits=counters.prefix_hits,
-            prefix_cache_misses=counters.prefix_misses,
-            prefix_cache_hit_tokens=counters.prefix_hit_tokens,
-            memory=dict(self._settings.memory),
-            prefill_tokens_total=counters.prefill_tokens,
-            decode_tokens_total=counters.decode_tokens,
-        )
+        return counters.engine_stats(kv_total_tokens=self._settings.n_ctx, memory=dict(self._settings.memory))
 
     def close(self) -> None:
         """Stop the scheduler thread (open requests end as cancelled) and free the model."""

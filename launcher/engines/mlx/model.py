@@ -121,18 +121,7 @@ class MlxModel:
         memory = dict(self._scheduler.memory)
         with contextlib.suppress(psutil.Error):  # the gauge simply lacks this entry for one scrape
             memory["process_rss"] = int(self._process.memory_info().rss)
-        return EngineStats(
-            requests_running=counters.running,
-            requests_waiting=counters.waiting,
-            kv_cache_used_tokens=counters.kv_used_tokens,
-            kv_cache_total_tokens=self.info.context_length * self.info.parallel,
-            prefix_cache_hits=counters.prefix_hits,
-            prefix_cache_misses=counters.prefix_misses,
-            prefix_cache_hit_tokens=counters.prefix_hit_tokens,
-            memory=memory,
-            prefill_tokens_total=counters.prefill_tokens,
-            decode_tokens_total=counters.decode_tokens,
-        )
+        return counters.engine_stats(kv_total_tokens=self.info.context_length * self.info.parallel, memory=memory)
 
     def close(self) -> None:
         """Stop the scheduler thread (open requests end as cancelled); the thread frees the model."""
