@@ -68,6 +68,30 @@ def compile_constraint(constraint: Constraint) -> str:
     return f"{body}\n{GRAMMAR_ROOT} ::= {' '.join(parts)}\n"
 
 
+def plain_greedy(params: SamplingParams, grammar: str | None, banned_tokens: Iterable[int]) -> bool:
+    """True when the request's next token is just the highest logit: nothing reshapes the logits first."""
+    return (
+        params.temperature <= 0.0
+        and grammar is None
+        and not params.logit_bias
+        and not any(True for _ in banned_tokens)
+        and params.repeat_penalty == 1.0
+        and not params.frequency_penalty
+        and not params.presence_penalty
+    )
+
+
+def greedy_token(logits_pointer: Any, n_vocab: int) -> int:
+    """The first highest logit of a row, which is what llama.cpp's greedy sampler picks.
+
+    The sampler chain copies the whole vocabulary into a candidate array before it looks at it:
+    about 1 ms per sequence and step for a 262k-token vocabulary on a 2-core CPU, ~10% of a
+    4-sequence decode step. numpy's argmax over the row in place takes ~25 us.
+    """
+    row = np.ctypeslib.as_array(ctypes.cast(logits_pointer, ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,))
+    return int(row.argmax())
+
+
 def build_sampler(
     llama_cpp: ModuleType,
     vocab: Any,

@@ -30,7 +30,13 @@ import numpy.typing as npt
 from launcher.engines._jobs import EventOutbox, RequestPace, SchedulerCounters, Tally, append_bounded
 from launcher.engines.base import FinishReason, GenerationEvent, GenerationRequest, TokenLogprob
 from launcher.engines.llamacpp._batch import TokenBatch
-from launcher.engines.llamacpp._sampling import ConstraintError, build_sampler, token_logprob
+from launcher.engines.llamacpp._sampling import (
+    ConstraintError,
+    build_sampler,
+    greedy_token,
+    plain_greedy,
+    token_logprob,
+)
 
 log = logging.getLogger("launcher.engines.llamacpp")
 
@@ -55,7 +61,7 @@ class _Slot:
     n_cached: int = 0
     last_used: int = 0
     job: Job | None = None
-    sampler: Any = None
+    sampler: Any = None  # llama.cpp sampler chain; None for plain greedy requests (argmax)
     pending_token: int = -1  # sampled, not yet evaluated; -1 while the prompt is being read
     out_index: int = -1  # batch row whose logits this slot samples from this step
     step_tokens: int = 0
@@ -270,7 +276,10 @@ class Scheduler:
     def _sample(self, slot: _Slot) -> None:
         job = slot.job
         assert job is not None
-        token = int(self._ll.llama_sampler_sample(slot.sampler, self._ctx, slot.out_index))
+        if slot.sampler is None:
+            token = greedy_token(self._ll.llama_get_logits_ith(self._ctx, slot.out_index), self._n_vocab)
+        else:
+            token = int(self._ll.llama_sampler_sample(slot.sampler, self._ctx, slot.out_index))
         if self._is_eog[token] and not job.request.ignore_eos:
             self._finish(slot, "stop")
             return
@@ -310,18 +319,14 @@ class Scheduler:
         return length if bool(same.all()) else int(np.argmin(same))
 
     def _start(self, job: Job) -> None:
-        try:
-            sampler = build_sampler(
-                self._ll,
-                self._vocab,
-                self._n_vocab,
-                job.request.sampling,
-                job.grammar,
-                self._eog if job.request.ignore_eos else (),
-            )
-        except ConstraintError as err:
-            self._events.emit(job, GenerationEvent(finish_reason="error", error=str(err)))
-            return
+        banned = self._eog if job.request.ignore_eos else frozenset()
+        sampler = None
+        if not plain_greedy(job.request.sampling, job.grammar, banned):
+            try:
+                sampler = build_sampler(self._ll, self._vocab, self._n_vocab, job.request.sampling, job.grammar, banned)
+            except ConstraintError as err:
+                self._events.emit(job, GenerationEvent(finish_reason="error", error=str(err)))
+                return
         prompt = job.prompt
         shared = {slot.seq_id: self._common_prefix(slot, prompt) for slot in self._slots}
         free = [slot for slot in self._slots if slot.job is None]
@@ -364,7 +369,8 @@ class Scheduler:
                 error=error,
             ),
         )
-        self._ll.llama_sampler_free(slot.sampler)
+        if slot.sampler is not None:
+            self._ll.llama_sampler_free(slot.sampler)
         slot.job, slot.sampler, slot.pending_token = None, None, -1
         self._running.remove(slot)
         self._tick += 1

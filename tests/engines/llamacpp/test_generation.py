@@ -31,6 +31,21 @@ async def test_same_tokens_alone_or_next_to_three_others(tiny_model: LlamaCppMod
         assert together[index].tokens == solo.tokens
 
 
+async def test_greedy_fast_path_picks_what_the_sampler_chain_picks(tiny_model: LlamaCppModel) -> None:
+    # Plain greedy requests take the argmax of their logits row; a zero logit bias changes no logit
+    # but sends the same request through llama.cpp's sampler chain. Run side by side in one batch, so
+    # a wrong row would show.
+    prompts = [tiny_model.tokenize(text) for text in ("The weather in Paris is", "def add(a, b):")]
+    neutral = SamplingParams(temperature=0.0, logit_bias={prompts[0][0]: 0.0})
+    outcomes = await asyncio.gather(
+        *(run(tiny_model, GenerationRequest(p, 24, SamplingParams(temperature=0.0))) for p in prompts),
+        *(run(tiny_model, GenerationRequest(p, 24, neutral)) for p in prompts),
+    )
+    fast, chained = outcomes[:2], outcomes[2:]
+    assert [o.tokens for o in fast] == [o.tokens for o in chained]
+    assert fast[0].tokens != fast[1].tokens
+
+
 async def test_max_tokens_ends_with_length(tiny_model: LlamaCppModel, text_prompt: list[int]) -> None:
     outcome = await run(tiny_model, greedy(text_prompt, 5))
     assert outcome.last.finish_reason == "length"
