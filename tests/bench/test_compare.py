@@ -79,3 +79,53 @@ def test_tables_show_rounds_medians_and_verdicts() -> None:
     measures = measures_table(rounds)
     assert "| decode tok/s, 1 stream | 50.0 | 48.5 | 45.0 |" in measures
     assert "| peak RSS (MiB) | - | 700 | 700 |" in measures
+
+
+def _round_with_native(ours_four: float, native_four: float) -> Round:
+    plain = _round(48.0, ours_four, 30.0)
+    native = _report(single=50.0, four=native_four, decode=52.0, ttft_p95=0.3, prefix_ratio=0.05)
+    native["peak_memory"]["bytes"] = 400 * 2**20
+    return Round(plain.baseline, plain.ours, plain.theirs, native=native)
+
+
+def test_without_native_the_tables_keep_three_contenders_and_five_targets() -> None:
+    rounds = [_round(49.0, 100.0, 30.0)]
+    assert len(targets(rounds)) == 5
+    assert "native" not in measures_table(rounds) + targets_table(rounds)
+
+
+def test_native_llama_server_gets_a_column_and_the_at_least_as_well_target() -> None:
+    rounds = [_round_with_native(100.0, 90.0), _round_with_native(96.0, 100.0), _round_with_native(98.0, 95.0)]
+    measures = measures_table(rounds)
+    header, rule = measures.splitlines()[:2]
+    assert header == (
+        "| median over rounds | in-process llama-cpp-python | launcher serve | llama_cpp.server"
+        " | llama-server (native) |"
+    )
+    assert rule == "|---|---|---|---|---|"
+    assert "| aggregate tok/s, 4 streams | - | 98.0 | 30.0 | 95.0 |" in measures
+    assert "| decode tok/s, 1 stream | 50.0 | 48.0 | 45.0 | 52.0 |" in measures
+    assert "| shared ~2,000-token prefix: cold / warm TTFT (ms) | - | 2000 / 200 | - / - | 2000 / 100 |" in measures
+    assert "| peak RSS (MiB) | - | 700 | 700 | 400 |" in measures
+
+    by_name = {t.name: t for t in targets(rounds)}
+    assert len(by_name) == 6
+    versus_native = by_name["aggregate tok/s, 4 streams vs native llama-server's"]
+    assert versus_native.values == pytest.approx((100 / 90, 0.96, 98 / 95))
+    assert versus_native.median == pytest.approx(98 / 95) and versus_native.passed
+    table = targets_table(rounds)
+    assert (
+        "| aggregate tok/s, 4 streams vs native llama-server's | >= 1x | 1.11x | 0.96x | 1.03x | 1.03x | PASS |"
+        in table
+    )
+
+
+def test_slower_than_native_fails_the_extra_target() -> None:
+    # Matching llama_cpp.server three times over does not help when native batches better still.
+    rounds = [_round_with_native(ours_four=90.0, native_four=100.0)]
+    by_name = {t.name: t for t in targets(rounds)}
+    assert by_name["aggregate tok/s, 4 streams vs llama_cpp.server's"].passed
+    assert not by_name["aggregate tok/s, 4 streams vs native llama-server's"].passed
+    assert "| aggregate tok/s, 4 streams vs native llama-server's | >= 1x | 0.90x | 0.90x | FAIL |" in targets_table(
+        rounds
+    )
