@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from launcher.bench.workloads import WORKLOAD_NAMES
+from launcher.bench.workloads import WORKLOAD_NAMES, WorkloadSettings
 from launcher.core.errors import ConfigError, ServerError
 
 
@@ -42,6 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests", type=int, default=8, help="requests per phase (default 8)")
     parser.add_argument("--max-tokens", type=int, default=128, help="output tokens for long answers (default 128)")
     parser.add_argument("--prefix-tokens", type=int, default=2000, help="shared prefix length (default 2000)")
+    short_default = WorkloadSettings.short_prompt_tokens
+    parser.add_argument(
+        "--short-prompt-tokens",
+        type=int,
+        default=short_default,
+        help=f"prompt length of the short, sweep and json workloads (default {short_default})",
+    )
     parser.add_argument("--long-prompt-tokens", type=int, default=1500, help="long-prompt length (default 1500)")
     parser.add_argument("--seed", type=int, default=0, help="prompt generator seed (default 0)")
     parser.add_argument("--server-pid", type=int, help="sample this process's memory (default: the port's owner)")
@@ -60,10 +67,13 @@ def run(args: argparse.Namespace) -> int:
     from launcher.bench.report import build_report, render_markdown
     from launcher.bench.runner import ServerUnreachable
     from launcher.bench.suite import BenchConfig, run_suite
-    from launcher.bench.workloads import WorkloadSettings
 
-    if args.requests < 1 or args.max_tokens < 1 or args.prefix_tokens < 1 or args.long_prompt_tokens < 1:
-        raise ConfigError("--requests, --max-tokens, --prefix-tokens and --long-prompt-tokens must be at least 1")
+    lengths = (args.requests, args.max_tokens, args.prefix_tokens, args.short_prompt_tokens, args.long_prompt_tokens)
+    if min(lengths) < 1:
+        raise ConfigError(
+            "--requests, --max-tokens, --prefix-tokens, --short-prompt-tokens and --long-prompt-tokens"
+            " must be at least 1"
+        )
     if not args.base_url.startswith(("http://", "https://")):
         raise ConfigError(f"--base-url must start with http:// or https://, got {args.base_url!r}")
     settings = WorkloadSettings(
@@ -72,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         seed=args.seed,
         prefix_tokens=args.prefix_tokens,
+        short_prompt_tokens=args.short_prompt_tokens,
         long_prompt_tokens=args.long_prompt_tokens,
     )
     config = BenchConfig(
@@ -108,6 +119,7 @@ def bench_flags(args: argparse.Namespace) -> dict[str, Any]:
         "requests",
         "max_tokens",
         "prefix_tokens",
+        "short_prompt_tokens",
         "long_prompt_tokens",
         "seed",
         "server_pid",
