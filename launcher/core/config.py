@@ -39,6 +39,12 @@ class ServeConfig(BaseModel):
     prefix_cache_tokens: int | None = Field(
         None, ge=0, description="tokens of idle KV kept for prefix reuse (default: whatever is free)"
     )
+    prefill_stall_ms: int = Field(
+        250,
+        ge=0,
+        le=60_000,
+        description="llama.cpp: about how long running streams pause per step while a new prompt is read",
+    )
 
     @field_validator("host")
     @classmethod

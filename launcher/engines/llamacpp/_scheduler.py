@@ -1,8 +1,11 @@
 """Continuous batching over one llama.cpp context, on one thread that owns that context.
 
 Each step builds ONE batch: a decode token for every generating sequence, then prompt chunks of
-admitted requests in FIFO order until the batch is full (chunked prefill: a long prompt cannot
-freeze the others). After `llama_decode`, each sequence samples from its own row with its own
+admitted requests (chunked prefill). While some sequences are generating, the prompt part of a
+step is sized from the measured speed so that the step takes about `prefill_stall_s`: on a
+2-core CPU a full 512-token chunk would freeze every running stream for a second per step,
+while a GPU reads 512 tokens in milliseconds and still gets whole chunks. With nobody generating
+the batch is filled. After `llama_decode`, each sequence samples from its own row with its own
 sampler chain and its events go to the request's asyncio queue on the server's loop.
 
 Slots are llama.cpp sequence ids. A slot keeps the tokens whose KV it holds after its request
@@ -39,6 +42,29 @@ from launcher.engines.llamacpp._sampling import (
 )
 
 log = logging.getLogger("launcher.engines.llamacpp")
+
+MIN_PREFILL_CHUNK = 32  # prompt tokens per step at least: below this a step's fixed costs dominate
+
+
+class StepClock:
+    """Seconds per batch token, learned from the steps that read prompts, to size prompt chunks."""
+
+    def __init__(self) -> None:
+        self.seconds_per_token: float | None = None
+
+    def record(self, tokens: int, seconds: float) -> None:
+        """Fold in one step's time; decode-only steps are mostly fixed cost and say little per token."""
+        if tokens < MIN_PREFILL_CHUNK:
+            return
+        sample = seconds / tokens
+        old = self.seconds_per_token
+        self.seconds_per_token = sample if old is None else 0.7 * old + 0.3 * sample
+
+    def prompt_room(self, stall_s: float, free: int) -> int:
+        """Prompt tokens that fit in a step meant to last about `stall_s` (all of `free` while unmeasured)."""
+        if self.seconds_per_token is None:
+            return free
+        return min(free, max(MIN_PREFILL_CHUNK, int(stall_s / self.seconds_per_token)))
 
 
 @dataclass(eq=False)
@@ -85,6 +111,7 @@ class Scheduler:
         n_batch: int,
         max_queue: int,
         prefix_cache_tokens: int | None,
+        prefill_stall_s: float,
         eog_tokens: frozenset[int],
         piece: Callable[[int], bytes],
     ) -> None:
@@ -96,6 +123,8 @@ class Scheduler:
         self._context = context
         self._max_queue = max_queue
         self._prefix_budget = prefix_cache_tokens
+        self._stall_s = prefill_stall_s
+        self._clock = StepClock()
         self._eog = eog_tokens
         self._is_eog = np.zeros(n_vocab, dtype=bool)
         self._is_eog[list(eog_tokens)] = True
@@ -210,9 +239,13 @@ class Scheduler:
                 slot.out_index = batch.add_one(slot.pending_token, slot.n_cached, slot.seq_id)
                 slot.step_tokens = 1
         decode_tokens = batch.size
-        self._plan_prefill(batch)
+        room = batch.free if decode_tokens == 0 else self._clock.prompt_room(self._stall_s, batch.free)
+        self._plan_prefill(batch, room)
+        started = time.perf_counter()
         if not self._decode(batch):
             return
+        if batch.size > decode_tokens:
+            self._clock.record(batch.size, time.perf_counter() - started)
         self._tally.decode_tokens += decode_tokens
         self._tally.prefill_tokens += batch.size - decode_tokens
         for slot in self._running:
@@ -230,19 +263,19 @@ class Scheduler:
             if slot.out_index >= 0:
                 self._sample(slot)
 
-    def _plan_prefill(self, batch: TokenBatch) -> None:
-        """Share the batch's free room between prompts being read: an equal share each, then the
+    def _plan_prefill(self, batch: TokenBatch, room: int) -> None:
+        """Share `room` prompt tokens between prompts being read: an equal share each, then the
         leftover in FIFO order, so a short prompt is not stuck behind a long one."""
         reading = [slot for slot in self._running if slot.pending_token < 0]
-        if not reading or batch.free == 0:
+        if not reading or room <= 0:
             return
         remaining = {}
         for slot in reading:
             assert slot.job is not None
             remaining[slot.seq_id] = len(slot.job.prompt) - slot.n_cached
-        share = max(1, batch.free // len(reading))
+        share = max(1, room // len(reading))
         takes = {slot.seq_id: min(remaining[slot.seq_id], share) for slot in reading}
-        leftover = batch.free - sum(takes.values())
+        leftover = room - sum(takes.values())
         for slot in reading:
             if leftover <= 0:
                 break
@@ -250,7 +283,8 @@ class Scheduler:
             takes[slot.seq_id] += extra
             leftover -= extra
         for slot in reading:
-            take = min(takes[slot.seq_id], batch.free)
+            take = min(takes[slot.seq_id], batch.free, room)
+            room -= take
             if take <= 0:
                 continue
             assert slot.job is not None

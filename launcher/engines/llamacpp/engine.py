@@ -162,6 +162,7 @@ def _build(
             n_batch=int(params.n_batch),
             max_queue=config.max_queue,
             prefix_cache_tokens=config.prefix_cache_tokens,
+            prefill_stall_s=config.prefill_stall_ms / 1000,
             memory=memory,
         )
         return LlamaCppModel(llama_cpp, model_pointer, context_pointer, info, settings, eog, embedder)

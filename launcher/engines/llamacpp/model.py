@@ -37,6 +37,7 @@ class RuntimeSettings:
     n_batch: int
     max_queue: int
     prefix_cache_tokens: int | None
+    prefill_stall_s: float
     memory: dict[str, int]
 
 
@@ -73,6 +74,7 @@ class LlamaCppModel:
             n_batch=settings.n_batch,
             max_queue=settings.max_queue,
             prefix_cache_tokens=settings.prefix_cache_tokens,
+            prefill_stall_s=settings.prefill_stall_s,
             eog_tokens=eog_tokens,
             piece=self.token_bytes,
         )

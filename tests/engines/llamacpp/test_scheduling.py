@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,33 @@ async def test_short_prompt_is_not_stuck_behind_a_long_one(tiny_model: LlamaCppM
 
     await asyncio.gather(follow("long", long_prompt), follow("short", short_prompt))
     assert order.index("short") < order.index("long")
+
+
+async def test_running_stream_keeps_streaming_while_a_long_prompt_is_read(tiny_gguf: Path) -> None:
+    # A 0 ms stall target reads new prompts in the smallest chunks while another stream generates,
+    # so the running stream gets a token every step instead of waiting out 512-token chunks.
+    model = load(tiny_gguf, parallel=2, prefill_stall_ms=0)
+    received: list[int] = []
+
+    async def drain(stream: AsyncIterator[GenerationEvent]) -> None:
+        async for event in stream:
+            received.extend(event.token_ids)
+
+    try:
+        long_prompt = model.tokenize("The quick brown fox jumps over the lazy dog. " * 200)[:2000]
+        running = asyncio.ensure_future(drain(model.generate(greedy(model.tokenize("Hello there"), 3000))))
+        await until(lambda: len(received) >= 5, "the first stream to be generating")
+        before = len(received)
+        long_stream = model.generate(greedy(long_prompt, 1))
+        assert (await anext(long_stream)).token_ids
+        during = len(received) - before
+        running.cancel()
+        await long_stream.aclose()  # type: ignore[attr-defined]
+    finally:
+        model.close()
+    # 2,000 prompt tokens take at most 4 steps in 512-token chunks and ~45 in 32-token ones (the
+    # first chunk, read before the step time is known, may be a full one): one token per step.
+    assert during >= 30
 
 
 async def test_prefix_cache_hit_gives_the_same_tokens(tiny_model: LlamaCppModel) -> None:
