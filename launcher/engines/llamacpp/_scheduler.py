@@ -47,24 +47,35 @@ MIN_PREFILL_CHUNK = 32  # prompt tokens per step at least: below this a step's f
 
 
 class StepClock:
-    """Seconds per batch token, learned from the steps that read prompts, to size prompt chunks."""
+    """Learns what a step costs, to size prompt chunks: seconds per decode token (from decode-only
+    steps, fixed per-step costs included) and seconds per prompt token (the rest of mixed steps)."""
 
     def __init__(self) -> None:
-        self.seconds_per_token: float | None = None
+        self.per_decode_token: float | None = None
+        self.per_prompt_token: float | None = None
 
-    def record(self, tokens: int, seconds: float) -> None:
-        """Fold in one step's time; decode-only steps are mostly fixed cost and say little per token."""
-        if tokens < MIN_PREFILL_CHUNK:
+    def record(self, decode_tokens: int, prompt_tokens: int, seconds: float) -> None:
+        """Fold in one step's wall time (moving averages, so a busy moment fades out)."""
+        if prompt_tokens == 0:
+            if decode_tokens:
+                self.per_decode_token = _blend(self.per_decode_token, seconds / decode_tokens)
             return
-        sample = seconds / tokens
-        old = self.seconds_per_token
-        self.seconds_per_token = sample if old is None else 0.7 * old + 0.3 * sample
+        if prompt_tokens < MIN_PREFILL_CHUNK:
+            return  # mostly fixed costs: says little about a prompt token
+        decode_part = decode_tokens * (self.per_decode_token or 0.0)
+        self.per_prompt_token = _blend(self.per_prompt_token, max(seconds - decode_part, seconds / 2) / prompt_tokens)
 
-    def prompt_room(self, stall_s: float, free: int) -> int:
-        """Prompt tokens that fit in a step meant to last about `stall_s` (all of `free` while unmeasured)."""
-        if self.seconds_per_token is None:
+    def prompt_room(self, stall_s: float, decode_tokens: int, free: int) -> int:
+        """Prompt tokens that fit next to `decode_tokens` in a step meant to last about `stall_s`
+        (all of `free` until a prompt step has been timed)."""
+        if self.per_prompt_token is None:
             return free
-        return min(free, max(MIN_PREFILL_CHUNK, int(stall_s / self.seconds_per_token)))
+        budget = stall_s - decode_tokens * (self.per_decode_token or 0.0)
+        return min(free, max(MIN_PREFILL_CHUNK, int(budget / self.per_prompt_token)))
+
+
+def _blend(old: float | None, sample: float) -> float:
+    return sample if old is None else 0.8 * old + 0.2 * sample
 
 
 @dataclass(eq=False)
@@ -239,13 +250,12 @@ class Scheduler:
                 slot.out_index = batch.add_one(slot.pending_token, slot.n_cached, slot.seq_id)
                 slot.step_tokens = 1
         decode_tokens = batch.size
-        room = batch.free if decode_tokens == 0 else self._clock.prompt_room(self._stall_s, batch.free)
+        room = batch.free if decode_tokens == 0 else self._clock.prompt_room(self._stall_s, decode_tokens, batch.free)
         self._plan_prefill(batch, room)
         started = time.perf_counter()
         if not self._decode(batch):
             return
-        if batch.size > decode_tokens:
-            self._clock.record(batch.size, time.perf_counter() - started)
+        self._clock.record(decode_tokens, batch.size - decode_tokens, time.perf_counter() - started)
         self._tally.decode_tokens += decode_tokens
         self._tally.prefill_tokens += batch.size - decode_tokens
         for slot in self._running:
