@@ -10,8 +10,10 @@ servers) and the result says so.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,9 +79,17 @@ def make_client(base_url: str, api_key: str | None, timeout: float) -> httpx.Asy
 
 
 async def stream_chat(
-    client: httpx.AsyncClient, request: BenchRequest, *, model: str | None, seed: int
+    client: httpx.AsyncClient,
+    request: BenchRequest,
+    *,
+    model: str | None,
+    seed: int,
+    on_first_token: Callable[[], None] | None = None,
 ) -> RequestResult:
-    """Send one streaming chat completion and time every content chunk."""
+    """Send one streaming chat completion and time every content chunk.
+
+    `on_first_token` is called as soon as the first content chunk has arrived (and been timed).
+    """
     body = request.body(model, seed=seed)
     sent = time.perf_counter()
     result = RequestResult(ok=False, e2e=0.0, sent_at=sent)
@@ -110,6 +120,8 @@ async def stream_chat(
                     result.token_times.append(now)
                     if result.ttft is None:
                         result.ttft = now
+                        if on_first_token is not None:
+                            on_first_token()
                 _read_finish_and_usage(chunk, result)
     except httpx.ConnectError as err:
         raise ServerUnreachable(str(err)) from err
@@ -146,12 +158,29 @@ def _read_finish_and_usage(chunk: dict[str, Any], result: RequestResult) -> None
             result.cached_prompt_tokens = int(details["cached_tokens"])
 
 
-async def run_phase(client: httpx.AsyncClient, phase: Phase, *, model: str | None, seed: int) -> PhaseResult:
-    """Send the phase's requests with `phase.concurrency` workers, each starting the next as one ends."""
+async def run_phase(
+    client: httpx.AsyncClient,
+    phase: Phase,
+    *,
+    model: str | None,
+    seed: int,
+    all_streaming: asyncio.Event | None = None,
+) -> PhaseResult:
+    """Send the phase's requests with `phase.concurrency` workers, each starting the next as one ends.
+
+    `all_streaming`, when given, is set once every request has its first token or has ended
+    (a failed request must not keep a waiting phase from starting).
+    """
     queue: asyncio.Queue[tuple[int, BenchRequest]] = asyncio.Queue()
     for index, request in enumerate(phase.requests):
         queue.put_nowait((index, request))
     results: list[RequestResult | None] = [None] * len(phase.requests)
+    streaming: set[int] = set()
+
+    def mark_streaming(index: int) -> None:
+        streaming.add(index)
+        if all_streaming is not None and len(streaming) == len(phase.requests):
+            all_streaming.set()
 
     async def worker() -> None:
         while True:
@@ -159,13 +188,52 @@ async def run_phase(client: httpx.AsyncClient, phase: Phase, *, model: str | Non
                 index, request = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            results[index] = await stream_chat(client, request, model=model, seed=seed + index)
+            first_token = functools.partial(mark_streaming, index)
+            results[index] = await stream_chat(
+                client, request, model=model, seed=seed + index, on_first_token=first_token
+            )
+            mark_streaming(index)
 
     workers = 1 if phase.sequential else phase.concurrency
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(workers)))
     wall = time.perf_counter() - started
     return PhaseResult(phase.label, workers, [r for r in results if r is not None], wall)
+
+
+async def run_alongside(
+    client: httpx.AsyncClient, running: Phase, joining: Phase, *, model: str | None, seed: int
+) -> tuple[PhaseResult, PhaseResult]:
+    """Run `running`, and send `joining` once every one of its streams has its first token."""
+    all_streaming = asyncio.Event()
+
+    async def join() -> PhaseResult:
+        await all_streaming.wait()
+        # Seeds continue after the running phase's, so no two requests of the workload share one.
+        return await run_phase(client, joining, model=model, seed=seed + len(running.requests))
+
+    running_result, joining_result = await asyncio.gather(
+        run_phase(client, running, model=model, seed=seed, all_streaming=all_streaming), join()
+    )
+    return running_result, joining_result
+
+
+async def run_phases(
+    client: httpx.AsyncClient, phases: Sequence[Phase], *, model: str | None, seed: int
+) -> list[PhaseResult]:
+    """Run a workload's phases in order; a phase that joins running streams runs alongside the one before."""
+    results: list[PhaseResult] = []
+    index = 0
+    while index < len(phases):
+        phase = phases[index]
+        following = phases[index + 1] if index + 1 < len(phases) else None
+        if following is not None and following.joins_running_streams:
+            results.extend(await run_alongside(client, phase, following, model=model, seed=seed))
+            index += 2
+        else:
+            results.append(await run_phase(client, phase, model=model, seed=seed))
+            index += 1
+    return results
 
 
 async def fetch_models(client: httpx.AsyncClient) -> list[dict[str, Any]]:

@@ -23,10 +23,11 @@ from launcher.bench.runner import (
     fetch_metrics,
     fetch_models,
     make_client,
-    run_phase,
+    run_phases,
     stream_chat,
 )
 from launcher.bench.workloads import (
+    DEFAULT_WORKLOADS,
     BenchRequest,
     Workload,
     WorkloadSettings,
@@ -51,7 +52,7 @@ class BenchConfig:
     base_url: str
     api_key: str | None = None
     model: str | None = None
-    workloads: tuple[str, ...] = ("short", "long", "prefix", "sweep", "json")
+    workloads: tuple[str, ...] = DEFAULT_WORKLOADS
     settings: WorkloadSettings = field(default_factory=WorkloadSettings)
     timeout: float = 600.0
     server_pid: int | None = None
@@ -133,9 +134,7 @@ async def run_suite(config: BenchConfig) -> SuiteResult:
         try:
             for workload in build_workloads(config.workloads, settings):
                 before = await read_metrics() if metrics_available else None
-                phases = [
-                    await run_phase(client, phase, model=model_id, seed=settings.seed) for phase in workload.phases
-                ]
+                phases = await run_phases(client, workload.phases, model=model_id, seed=settings.seed)
                 after = await read_metrics() if metrics_available else None
                 summaries = [summarize_phase(p) for p in phases]
                 results.append(WorkloadResult(workload, phases, summaries, _counter_delta(before, after)))

@@ -12,8 +12,12 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-WORKLOAD_NAMES = ("short", "long", "prefix", "sweep", "json")
+WORKLOAD_NAMES = ("short", "long", "prefix", "sweep", "json", "mixed")
 """Every workload `launcher bench --workloads` accepts, in the order they run."""
+
+DEFAULT_WORKLOADS = ("short", "long", "prefix", "sweep", "json")
+"""What runs without `--workloads`: `mixed` is opt-in, because bench-compare and the recorded
+results in docs/benchmarks.md were made with exactly this set."""
 
 DEFAULT_TOKENS_PER_WORD = 1.3
 """Used when the server does not report usage: a common figure for English with BPE tokenizers."""
@@ -73,6 +77,9 @@ class Phase:
     concurrency: int
     requests: tuple[BenchRequest, ...]
     sequential: bool = False
+    joins_running_streams: bool = False
+    """Sent alongside the previous phase, once every one of its streams has its first token
+    (the mixed workload's long prompt arriving while other answers stream)."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,14 @@ class Workload:
     description: str
     phases: tuple[Phase, ...]
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # The runner pairs a joining phase with the one before it; a chain or a first phase
+        # that joins nothing would have no streams to wait for.
+        for index, phase in enumerate(self.phases):
+            previous_joins = index > 0 and self.phases[index - 1].joins_running_streams
+            if phase.joins_running_streams and (index == 0 or previous_joins):
+                raise ValueError(f"phase {phase.label!r} of {self.name!r} has no running phase to join")
 
 
 @dataclass(frozen=True)
@@ -99,6 +114,7 @@ class WorkloadSettings:
     short_answer_tokens: int = 16
     prefix_tokens: int = 2000
     prefix_pairs: int = 2
+    mixed_streams: int = 3  # background streams of the mixed workload
 
 
 def filler_text(rng: random.Random, tokens: int, tokens_per_word: float) -> str:
@@ -215,11 +231,30 @@ def _build_one(name: str, s: WorkloadSettings, rng: random.Random) -> Workload:
             phases,
             extra={"prefix_tokens_target": s.prefix_tokens},
         )
+    if name == "mixed":
+        return _mixed(s, rng)
     if name == "sweep":
         phases = tuple(Phase(f"c={c}", c, short_prompt_long_answer(s, rng, max(s.requests, c))) for c in s.concurrency)
         return Workload(name, "short prompt, long answer, concurrency sweep (continuous batching)", phases)
     requests = json_schema_requests(s, rng, s.requests)
     return Workload(name, "json_schema structured output, 1 stream", (Phase("c=1", 1, requests),))
+
+
+def _mixed(s: WorkloadSettings, rng: random.Random) -> Workload:
+    """A coding agent next to other agents: its long prompt arrives while other answers stream.
+
+    All background requests start at once (concurrency = their count), so "every stream has its
+    first token" is reached while all of them are still generating.
+    """
+    streams = s.mixed_streams
+    background = Phase(f"background c={streams}", streams, short_prompt_long_answer(s, rng, streams))
+    arriving = Phase("long prompt", 1, long_prompt_short_answer(s, rng, 1), joins_running_streams=True)
+    return Workload(
+        "mixed",
+        f"{streams} streams generating, then one ~{s.long_prompt_tokens}-token prompt arrives (chunked prefill)",
+        (background, arriving),
+        extra={"background_streams": streams, "long_prompt_tokens_target": s.long_prompt_tokens},
+    )
 
 
 def with_tokens_per_word(settings: WorkloadSettings, tokens_per_word: float) -> WorkloadSettings:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.bench.workloads import WORKLOAD_NAMES, WorkloadSettings, build_workloads
+from launcher.bench.workloads import (
+    DEFAULT_WORKLOADS,
+    WORKLOAD_NAMES,
+    Phase,
+    Workload,
+    WorkloadSettings,
+    build_workloads,
+)
 
 
 def test_same_seed_same_prompts_other_seed_other_prompts() -> None:
@@ -51,3 +58,28 @@ def test_json_workload_asks_for_a_schema_and_streams_usage() -> None:
 def test_unknown_workload_is_rejected() -> None:
     with pytest.raises(ValueError, match="unknown workload"):
         build_workloads(("bogus",), WorkloadSettings())
+
+
+def test_mixed_starts_its_streams_together_then_one_long_prompt_joins_them() -> None:
+    settings = WorkloadSettings(mixed_streams=2, max_tokens=40, long_prompt_tokens=600, tokens_per_word=1.0)
+    (mixed,) = build_workloads(("mixed",), settings)
+    background, arriving = mixed.phases
+    assert background.concurrency == len(background.requests) == 2 and not background.joins_running_streams
+    assert all(r.max_tokens == 40 for r in background.requests)
+    assert arriving.joins_running_streams and arriving.concurrency == 1
+    (long,) = arriving.requests
+    assert len(long.messages[0]["content"].split()) >= 600
+    assert long.max_tokens == settings.short_answer_tokens
+
+
+def test_mixed_is_opt_in() -> None:
+    assert "mixed" in WORKLOAD_NAMES and "mixed" not in DEFAULT_WORKLOADS
+    assert DEFAULT_WORKLOADS == ("short", "long", "prefix", "sweep", "json")
+
+
+def test_a_phase_can_only_join_a_phase_that_runs_before_it() -> None:
+    joining = Phase("late", 1, (), joins_running_streams=True)
+    with pytest.raises(ValueError, match="no running phase to join"):
+        Workload("bad", "joins nothing", (joining,))
+    with pytest.raises(ValueError, match="no running phase to join"):
+        Workload("bad", "a chain", (Phase("first", 1, ()), joining, joining))
