@@ -168,3 +168,61 @@ def json_validity(results: Sequence[RequestResult], required: Sequence[str]) -> 
         if isinstance(value, dict) and all(key in value for key in required):
             valid += 1
     return valid, checked
+
+
+@dataclass(frozen=True)
+class PrefillInterference:
+    """What running streams saw while a long prompt was being read (the mixed workload).
+
+    The window runs from the long request's send to its first token. A background gap counts
+    as inside it when the two tokens around it straddle any part of the window: a stream that
+    pauses for a prefill chunk shows one long gap that may start before the send or end after
+    the first token, and it is that whole pause a user watching the stream sees.
+    """
+
+    long_ttft: float
+    long_prompt_tokens: int | None
+    background_streams: int
+    streams_through_window: int  # still streaming when the long prompt's first token came
+    tokens_in_window: int  # background tokens that arrived inside the window
+    gaps_in_window: int
+    gap_in_window_max: float | None
+    gap_in_window_p95: float | None
+    itl_outside_window_p50: float | None
+
+
+def _arrivals(result: RequestResult) -> list[float]:
+    """The request's token times on the perf_counter clock shared by every request of a run."""
+    return [result.sent_at + t for t in result.token_times]
+
+
+def prefill_interference(background: Sequence[RequestResult], long: RequestResult) -> PrefillInterference | None:
+    """Background gaps inside / outside the long prompt's read window; None when it got no token."""
+    if not long.ok or long.ttft is None:
+        return None
+    window_start = long.sent_at
+    window_end = long.sent_at + long.ttft
+    inside: list[float] = []
+    outside: list[float] = []
+    tokens_in_window = 0
+    through_window = 0
+    streams = [r for r in background if r.ok]
+    for result in streams:
+        arrivals = _arrivals(result)
+        tokens_in_window += sum(1 for t in arrivals if window_start <= t <= window_end)
+        if arrivals and arrivals[-1] >= window_end:
+            through_window += 1
+        for earlier, later in itertools.pairwise(arrivals):
+            overlaps = earlier < window_end and later > window_start
+            (inside if overlaps else outside).append(later - earlier)
+    return PrefillInterference(
+        long_ttft=long.ttft,
+        long_prompt_tokens=long.prompt_tokens,
+        background_streams=len(streams),
+        streams_through_window=through_window,
+        tokens_in_window=tokens_in_window,
+        gaps_in_window=len(inside),
+        gap_in_window_max=max(inside, default=None),
+        gap_in_window_p95=percentile(inside, 95),
+        itl_outside_window_p50=percentile(outside, 50),
+    )

@@ -15,7 +15,7 @@ from importlib import metadata
 from typing import Any
 
 from launcher import __version__
-from launcher.bench.metrics import Distribution, json_validity, prefix_pairs
+from launcher.bench.metrics import Distribution, json_validity, prefill_interference, prefix_pairs
 from launcher.bench.suite import SuiteResult, WorkloadResult
 from launcher.bench.workloads import JSON_SCHEMA
 from launcher.core.units import format_bytes
@@ -121,12 +121,21 @@ def _workload_json(result: WorkloadResult) -> dict[str, Any]:
     if result.workload.name == "json":
         valid, checked = json_validity([r for p in result.phases for r in p.results], JSON_SCHEMA["required"])
         data["json_valid"] = {"valid": valid, "checked": checked}
+    if result.workload.name == "mixed":
+        data["mixed"] = _mixed_json(result)
     counters = result.counters or {}
     prompt = counters.get("launcher_prompt_tokens_total")
     hit = counters.get("launcher_prefix_cache_hit_tokens_total")
     if prompt and hit is not None:
         data["kv_cache_hit_rate"] = hit / prompt
     return data
+
+
+def _mixed_json(result: WorkloadResult) -> dict[str, Any] | None:
+    """The mixed workload's interference numbers; None when the long request got no token."""
+    background, arriving = result.phases
+    interference = prefill_interference(background.results, arriving.results[0]) if arriving.results else None
+    return dataclasses.asdict(interference) if interference is not None else None
 
 
 def build_report(suite: SuiteResult, *, flags: dict[str, Any], label: str = "") -> dict[str, Any]:
@@ -251,12 +260,32 @@ def _workload_notes(workload: dict[str, Any]) -> list[str]:
             f"prefix pair {i}: {pair['prompt_tokens']} prompt tokens, cold TTFT {_ms(pair['cold_ttft'])} ms, "
             f"warm TTFT {_ms(pair['warm_ttft'])} ms, warm/cold {pair['ratio']:.1%}"
         )
+    if "mixed" in workload:
+        notes.extend(_mixed_notes(workload["mixed"]))
     if "json_valid" in workload:
         valid = workload["json_valid"]
         notes.append(f"json: {valid['valid']}/{valid['checked']} outputs parse with every required key")
     if "kv_cache_hit_rate" in workload:
         notes.append(
             f"{workload['name']}: KV prefix-cache hit rate {workload['kv_cache_hit_rate']:.1%} of prompt tokens"
+        )
+    return notes
+
+
+def _mixed_notes(mixed: dict[str, Any] | None) -> list[str]:
+    if mixed is None:
+        return ["mixed: the long prompt got no first token, so there is no window to measure"]
+    notes = [
+        f"mixed: the long prompt ({mixed['long_prompt_tokens'] or '?'} tokens) took {_ms(mixed['long_ttft'])} ms"
+        f" to its first token; meanwhile the {mixed['background_streams']} background streams got"
+        f" {mixed['tokens_in_window']} tokens, with gaps of max {_ms(mixed['gap_in_window_max'])} ms"
+        f" and p95 {_ms(mixed['gap_in_window_p95'])} ms (ITL p50 outside that window:"
+        f" {_ms(mixed['itl_outside_window_p50'])} ms)"
+    ]
+    if mixed["streams_through_window"] < mixed["background_streams"]:
+        notes.append(
+            f"mixed: only {mixed['streams_through_window']} of {mixed['background_streams']} background streams"
+            " were still generating when the long prompt's first token came; raise --max-tokens"
         )
     return notes
 

@@ -11,6 +11,7 @@ from launcher.bench.metrics import (
     inter_token_latencies,
     json_validity,
     percentile,
+    prefill_interference,
     prefix_pairs,
     summarize_phase,
     time_per_output_token,
@@ -99,3 +100,49 @@ def test_json_validity_requires_every_key() -> None:
         RequestResult(ok=False, e2e=1, text='{"a": 1, "b": 2}'),
     ]
     assert json_validity(results, ["a", "b"]) == (1, 3)
+
+
+def _stream(sent_at: float, arrivals: list[float], prompt: int | None = None) -> RequestResult:
+    """A request sent at `sent_at` whose tokens arrived at the given absolute perf_counter times."""
+    times = [t - sent_at for t in arrivals]
+    return RequestResult(
+        ok=True,
+        e2e=times[-1] + 0.01,
+        ttft=times[0],
+        token_times=times,
+        completion_tokens=len(times),
+        prompt_tokens=prompt,
+        sent_at=sent_at,
+    )
+
+
+def test_prefill_interference_takes_the_gaps_that_overlap_the_long_prompts_read() -> None:
+    # The long prompt is sent at 100.5 and its first token comes at 101.5: that is the window.
+    long = _stream(100.5, [101.5, 101.6], prompt=1500)
+    background = [
+        # A 0.7 s pause fully inside the window, and pauses straddling its start (0.2) and end (0.3).
+        _stream(100.0, [100.1, 100.2, 100.3, 100.4, 100.6, 101.3, 101.6, 101.7, 101.8]),
+        # A 1.45 s gap after the window must not count as inside, however long it is.
+        _stream(100.05, [100.2, 100.4, 101.0, 101.1, 101.55, 103.0]),
+        # Finished before the long prompt was sent: its gap is outside, and it did not stream through.
+        _stream(100.0, [100.1, 100.2]),
+        RequestResult(ok=False, e2e=0.1, error="HTTP 500: boom", sent_at=100.0),
+    ]
+    interference = prefill_interference(background, long)
+    assert interference is not None
+    assert interference.long_ttft == pytest.approx(1.0)
+    assert interference.long_prompt_tokens == 1500
+    assert interference.background_streams == 3
+    assert interference.streams_through_window == 2
+    assert interference.tokens_in_window == 4  # 100.6, 101.3, 101.0 and 101.1
+    assert interference.gaps_in_window == 6  # 0.2, 0.7, 0.3 and 0.6, 0.1, 0.45
+    assert interference.gap_in_window_max == pytest.approx(0.7)
+    assert interference.gap_in_window_p95 == pytest.approx(0.675)
+    assert interference.itl_outside_window_p50 == pytest.approx(0.1)
+
+
+def test_prefill_interference_needs_the_long_prompts_first_token() -> None:
+    background = [_stream(100.0, [100.1, 100.2])]
+    assert prefill_interference(background, RequestResult(ok=False, e2e=1.0, error="timeout")) is None
+    no_tokens = prefill_interference([], _stream(100.0, [100.5]))
+    assert no_tokens is not None and no_tokens.gap_in_window_max is None and no_tokens.tokens_in_window == 0
