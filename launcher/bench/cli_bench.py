@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from launcher.bench.workloads import WORKLOAD_NAMES, WorkloadSettings
+from launcher.bench.workloads import DEFAULT_WORKLOADS, WORKLOAD_NAMES, WorkloadSettings
 from launcher.core.errors import ConfigError, ServerError
 
 
@@ -35,8 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workloads",
         type=_name_list,
-        default=WORKLOAD_NAMES,
-        help=f"comma-separated subset of {','.join(WORKLOAD_NAMES)} (default: all)",
+        default=DEFAULT_WORKLOADS,
+        help=f"comma-separated subset of {','.join(WORKLOAD_NAMES)} (default: {','.join(DEFAULT_WORKLOADS)};"
+        " mixed is opt-in: N streams generate, then one long prompt arrives, and the report shows their"
+        " token gaps while it is read)",
     )
     parser.add_argument("--concurrency", type=_int_list, default=(1, 2, 4, 8), help="sweep levels (default 1,2,4,8)")
     parser.add_argument("--requests", type=int, default=8, help="requests per phase (default 8)")
@@ -49,7 +51,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=short_default,
         help=f"prompt length of the short, sweep and json workloads (default {short_default})",
     )
-    parser.add_argument("--long-prompt-tokens", type=int, default=1500, help="long-prompt length (default 1500)")
+    parser.add_argument(
+        "--long-prompt-tokens",
+        type=int,
+        default=1500,
+        help="prompt length of the long and mixed workloads (default 1500)",
+    )
+    mixed_default = WorkloadSettings.mixed_streams
+    parser.add_argument(
+        "--mixed-streams",
+        type=int,
+        default=mixed_default,
+        help=f"background streams of the mixed workload (default {mixed_default})",
+    )
     parser.add_argument("--seed", type=int, default=0, help="prompt generator seed (default 0)")
     parser.add_argument("--server-pid", type=int, help="sample this process's memory (default: the port's owner)")
     parser.add_argument("--timeout", type=float, default=600.0, help="per-request timeout in seconds")
@@ -68,11 +82,18 @@ def run(args: argparse.Namespace) -> int:
     from launcher.bench.runner import ServerUnreachable
     from launcher.bench.suite import BenchConfig, run_suite
 
-    lengths = (args.requests, args.max_tokens, args.prefix_tokens, args.short_prompt_tokens, args.long_prompt_tokens)
+    lengths = (
+        args.requests,
+        args.max_tokens,
+        args.prefix_tokens,
+        args.short_prompt_tokens,
+        args.long_prompt_tokens,
+        args.mixed_streams,
+    )
     if min(lengths) < 1:
         raise ConfigError(
-            "--requests, --max-tokens, --prefix-tokens, --short-prompt-tokens and --long-prompt-tokens"
-            " must be at least 1"
+            "--requests, --max-tokens, --prefix-tokens, --short-prompt-tokens, --long-prompt-tokens"
+            " and --mixed-streams must be at least 1"
         )
     if not args.base_url.startswith(("http://", "https://")):
         raise ConfigError(f"--base-url must start with http:// or https://, got {args.base_url!r}")
@@ -84,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         prefix_tokens=args.prefix_tokens,
         short_prompt_tokens=args.short_prompt_tokens,
         long_prompt_tokens=args.long_prompt_tokens,
+        mixed_streams=args.mixed_streams,
     )
     config = BenchConfig(
         base_url=args.base_url,
@@ -128,4 +150,7 @@ def bench_flags(args: argparse.Namespace) -> dict[str, Any]:
     for key in keys:
         value = getattr(args, key, None)
         flags[key] = ",".join(str(v) for v in value) if isinstance(value, tuple) else value
+    # Only where it applies, so reports of the default set keep the flags they always had.
+    if "mixed" in (getattr(args, "workloads", None) or ()):
+        flags["mixed_streams"] = args.mixed_streams
     return flags

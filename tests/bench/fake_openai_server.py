@@ -31,6 +31,11 @@ class FakeServerState:
     first_token_delay: float = 0.05
     token_delay: float = 0.002
     send_usage: bool = True
+    # A prompt of at least `stall_prompt_words` words "prefills" for `prefill_stall` seconds before
+    # its first token, and every other stream sends nothing meanwhile (an engine without chunked prefill).
+    stall_prompt_words: int | None = None
+    prefill_stall: float = 0.0
+    stalled_until: float = 0.0  # time.monotonic() until which streams hold their next token
     running: int = 0
     max_running: int = 0
     bodies: list[dict[str, Any]] = field(default_factory=list)
@@ -46,6 +51,11 @@ def _chunk(content: str | None, finish: str | None = None) -> str:
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
     }
     return f"data: {json.dumps(payload)}\n\n"
+
+
+async def _hold_while_stalled(state: FakeServerState) -> None:
+    while (remaining := state.stalled_until - time.monotonic()) > 0:
+        await asyncio.sleep(remaining)
 
 
 def build_app(state: FakeServerState) -> FastAPI:
@@ -75,14 +85,21 @@ def build_app(state: FakeServerState) -> FastAPI:
             words = [f"w{i} " for i in range(int(body["max_tokens"]))]
         include_usage = state.send_usage and body.get("stream_options", {}).get("include_usage")
 
+        stalls_others = state.stall_prompt_words is not None and prompt_words >= state.stall_prompt_words
+
         async def stream() -> AsyncIterator[str]:
             state.running += 1
             state.max_running = max(state.max_running, state.running)
             try:
+                if stalls_others:
+                    state.stalled_until = time.monotonic() + state.prefill_stall
+                    await asyncio.sleep(state.prefill_stall)
                 await asyncio.sleep(state.first_token_delay)
                 for i, word in enumerate(words):
                     if i:
                         await asyncio.sleep(state.token_delay)
+                    if not stalls_others:
+                        await _hold_while_stalled(state)
                     yield _chunk(word)
                 yield _chunk(None, "length")
                 if include_usage:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher.bench.report import build_report, render_markdown
 from launcher.bench.suite import BenchConfig, run_suite
 from launcher.bench.workloads import WorkloadSettings
 from launcher.cli import main
@@ -56,6 +57,35 @@ def test_sweep_really_runs_streams_concurrently() -> None:
     assert summary.concurrency == 4 and summary.requests == 4 and summary.errors == 0
 
 
+def test_mixed_sends_the_long_prompt_once_every_stream_streams_and_sees_the_stall() -> None:
+    # A server without chunked prefill: the long prompt holds every other stream for 0.3 s.
+    state = FakeServerState(first_token_delay=0.05, token_delay=0.01, stall_prompt_words=200, prefill_stall=0.3)
+    # 200 tokens at >= 10 ms each keep the background streams going well past the stall.
+    settings = WorkloadSettings(mixed_streams=3, max_tokens=200, long_prompt_tokens=400)
+    with serve_fake(state) as base_url:
+        config = BenchConfig(base_url=base_url, settings=settings, workloads=("mixed",), calibrate=False)
+        suite = asyncio.run(run_suite(config))
+    (mixed,) = suite.workloads
+    background, arriving = mixed.phases
+    assert [s.label for s in mixed.summaries] == ["background c=3", "long prompt"]
+    assert all(s.errors == 0 for s in mixed.summaries)
+    (long,) = arriving.results
+    assert long.ttft is not None
+    assert all(r.ttft is not None and long.sent_at >= r.sent_at + r.ttft for r in background.results)
+    assert state.max_running == 4  # the long prompt joined the three streams, it did not wait for them
+
+    report = build_report(suite, flags={}, label="mixed")
+    numbers = report["workloads"][0]["mixed"]
+    assert numbers["background_streams"] == numbers["streams_through_window"] == 3
+    assert numbers["long_prompt_tokens"] >= 300
+    assert numbers["gaps_in_window"] >= 3  # each stream paused at least once while the prompt was read
+    # The stall is the longest gap in the window. Half of it as the bound leaves room for loopback
+    # and event-loop jitter around the two tokens (the exact arithmetic is in test_metrics).
+    assert numbers["gap_in_window_max"] >= state.prefill_stall / 2
+    assert numbers["gap_in_window_p95"] is not None and numbers["itl_outside_window_p50"] is not None
+    assert "mixed: the long prompt (" in render_markdown(report)
+
+
 def test_server_without_usage_gets_chunks_counted() -> None:
     state = FakeServerState(send_usage=False)
     with serve_fake(state) as base_url:
@@ -95,6 +125,7 @@ def test_cli_writes_json_and_markdown_reports(tmp_path: Path, capsys: pytest.Cap
     assert report["target"]["engine"] == "fake-engine"
     assert report["target"]["quant"] == "Q4_K_M"
     assert report["flags"]["workloads"] == "short,prefix,json"
+    assert "mixed_streams" not in report["flags"]  # only recorded when the mixed workload runs
     assert report["machine"]["logical_cores"] >= 1
     assert [w["name"] for w in report["workloads"]] == ["short", "prefix", "json"]
     assert len(report["workloads"][1]["prefix_pairs"]) == 2
@@ -103,6 +134,29 @@ def test_cli_writes_json_and_markdown_reports(tmp_path: Path, capsys: pytest.Cap
     assert MODEL_ID in markdown and "| short | c=1 | 1 | 2/0 |" in markdown
     assert "host load average (1 min)" in markdown
     assert markdown in capsys.readouterr().out
+
+
+def test_cli_runs_the_mixed_workload_when_asked(tmp_path: Path) -> None:
+    json_out = tmp_path / "bench.json"
+    with serve_fake(FakeServerState(token_delay=0.005)) as base_url:
+        arguments = ["bench", "--base-url", base_url, "--workloads", "mixed", "--mixed-streams", "2"]
+        code = main([*arguments, "--max-tokens", "40", "--long-prompt-tokens", "100", "--json", str(json_out)])
+    assert code == 0
+    report = json.loads(json_out.read_text())
+    assert report["flags"]["workloads"] == "mixed" and report["flags"]["mixed_streams"] == 2
+    assert report["settings"]["mixed_streams"] == 2
+    (mixed,) = report["workloads"]
+    assert [(p["label"], p["concurrency"], p["errors"]) for p in mixed["phases"]] == [
+        ("background c=2", 2, 0),
+        ("long prompt", 1, 0),
+    ]
+    assert set(mixed["mixed"]) >= {
+        "long_ttft",
+        "gap_in_window_max",
+        "gap_in_window_p95",
+        "tokens_in_window",
+        "itl_outside_window_p50",
+    }
 
 
 def test_cli_reports_request_errors_and_exits_non_zero(capsys: pytest.CaptureFixture[str]) -> None:
