@@ -275,11 +275,14 @@ def _workload_notes(workload: dict[str, Any]) -> list[str]:
 def _mixed_notes(mixed: dict[str, Any] | None) -> list[str]:
     if mixed is None:
         return ["mixed: the long prompt got no first token, so there is no window to measure"]
+    if mixed["gaps_in_window"]:
+        gaps = f"with gaps of max {_ms(mixed['gap_in_window_max'])} ms and p95 {_ms(mixed['gap_in_window_p95'])} ms"
+    else:
+        gaps = "and none of their gaps fell in that window"
     notes = [
         f"mixed: the long prompt ({mixed['long_prompt_tokens'] or '?'} tokens) took {_ms(mixed['long_ttft'])} ms"
         f" to its first token; meanwhile the {mixed['background_streams']} background streams got"
-        f" {mixed['tokens_in_window']} tokens, with gaps of max {_ms(mixed['gap_in_window_max'])} ms"
-        f" and p95 {_ms(mixed['gap_in_window_p95'])} ms (ITL p50 outside that window:"
+        f" {mixed['tokens_in_window']} tokens, {gaps} (ITL p50 outside that window:"
         f" {_ms(mixed['itl_outside_window_p50'])} ms)"
     ]
     if mixed["streams_through_window"] < mixed["background_streams"]:

@@ -50,3 +50,29 @@ def test_bench_runs_every_workload_against_launcher_serve(tiny_gguf: Path, tmp_p
     report = build_report(suite, flags={}, label="launcher serve")
     assert report["target"]["engine"] is not None
     assert "launcher serve" in render_markdown(report)
+
+
+def test_mixed_workload_against_launcher_serve(tiny_gguf: Path, tmp_path: Path) -> None:
+    # Two streams plus the long prompt need three sequences at once, or the long prompt would queue.
+    settings = WorkloadSettings(mixed_streams=2, max_tokens=32, long_prompt_tokens=300)
+    serve_args = [str(tiny_gguf), "--port", "0", "--parallel", "3", "--threads", "1", "--context", "2048"]
+    with launcher_serve(serve_args, log_path=tmp_path / "serve.log", timeout=120) as server:
+        config = BenchConfig(base_url=server.base_url, settings=settings, workloads=("mixed",), server_pid=server.pid)
+        suite = asyncio.run(run_suite(config))
+
+    (mixed,) = suite.workloads
+    assert [s.label for s in mixed.summaries] == ["background c=2", "long prompt"]
+    for summary in mixed.summaries:
+        assert summary.errors == 0, summary.error_samples
+        assert summary.usage_reported
+    background, arriving = mixed.phases
+    (long,) = arriving.results
+    assert all(r.ttft is not None and long.sent_at >= r.sent_at + r.ttft for r in background.results)
+
+    report = build_report(suite, flags={}, label="launcher serve")
+    numbers = report["workloads"][0]["mixed"]
+    assert numbers is not None and numbers["background_streams"] == 2
+    assert numbers["long_ttft"] > 0 and numbers["long_prompt_tokens"] >= 240  # sized in the server's tokens
+    for key in ("gap_in_window_max", "gap_in_window_p95", "itl_outside_window_p50", "tokens_in_window"):
+        assert key in numbers
+    assert "mixed: the long prompt (" in render_markdown(report)
