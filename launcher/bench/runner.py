@@ -176,6 +176,8 @@ async def run_phase(
         queue.put_nowait((index, request))
     results: list[RequestResult | None] = [None] * len(phase.requests)
     streaming: set[int] = set()
+    if all_streaming is not None and not phase.requests:
+        all_streaming.set()  # nothing to wait for; a joining phase must not hang
 
     def mark_streaming(index: int) -> None:
         streaming.add(index)
