@@ -78,6 +78,28 @@ def _blend(old: float | None, sample: float) -> float:
     return sample if old is None else 0.8 * old + 0.2 * sample
 
 
+def prompt_takes(remaining: list[int], room: int, free: int) -> list[int]:
+    """How many tokens of each prompt being read (`remaining`, in admission order) go in this step.
+
+    Prompts that fit in `room` on their own are read whole, shortest first, limited only by the
+    batch's `free` rows: a burst of short requests next to running streams starts in one step
+    instead of being spread over several. The longer prompts split what is left of `room` evenly
+    (water-filling), so one long prompt cannot starve another.
+    """
+    takes = [0] * len(remaining)
+    by_length = sorted(range(len(remaining)), key=lambda i: remaining[i])  # stable: FIFO among equals
+    fitting = [i for i in by_length if remaining[i] <= room]
+    longer = [i for i in by_length if remaining[i] > room]
+    for i in fitting:
+        takes[i] = min(remaining[i], free)
+        free -= takes[i]
+    left = min(free, max(0, room - sum(takes)))
+    for rank, i in enumerate(longer):
+        takes[i] = min(remaining[i], left // (len(longer) - rank))
+        left -= takes[i]
+    return takes
+
+
 @dataclass(eq=False)
 class Job:
     """A request from submission to its last event."""
@@ -274,34 +296,16 @@ class Scheduler:
                 self._sample(slot)
 
     def _plan_prefill(self, batch: TokenBatch, room: int) -> None:
-        """Share `room` prompt tokens between prompts being read: an equal share each, then the
-        leftover in FIFO order, so a short prompt is not stuck behind a long one."""
+        """Add the prompt chunks `prompt_takes` gives to the batch, in admission order."""
         reading = [slot for slot in self._running if slot.pending_token < 0]
-        if not reading or room <= 0:
-            return
-        remaining = {}
-        for slot in reading:
-            assert slot.job is not None
-            remaining[slot.seq_id] = len(slot.job.prompt) - slot.n_cached
-        share = max(1, room // len(reading))
-        takes = {slot.seq_id: min(remaining[slot.seq_id], share) for slot in reading}
-        leftover = room - sum(takes.values())
-        for slot in reading:
-            if leftover <= 0:
-                break
-            extra = min(remaining[slot.seq_id] - takes[slot.seq_id], leftover)
-            takes[slot.seq_id] += extra
-            leftover -= extra
-        for slot in reading:
-            take = min(takes[slot.seq_id], batch.free, room)
-            room -= take
+        remaining = [len(slot.job.prompt) - slot.n_cached for slot in reading if slot.job is not None]
+        for slot, left, take in zip(reading, remaining, prompt_takes(remaining, room, batch.free), strict=True):
             if take <= 0:
                 continue
             assert slot.job is not None
-            done = take == remaining[slot.seq_id]
             chunk = slot.job.prompt[slot.n_cached : slot.n_cached + take]
-            index = batch.add_chunk(chunk, slot.n_cached, slot.seq_id, logits_last=done)
-            slot.out_index = index if done else -1
+            index = batch.add_chunk(chunk, slot.n_cached, slot.seq_id, logits_last=take == left)
+            slot.out_index = index if take == left else -1
             slot.step_tokens = take
 
     def _decode(self, batch: TokenBatch) -> bool:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from launcher.engines.base import GenerationEvent, QueueFullError
+from launcher.engines.llamacpp._scheduler import prompt_takes
 from launcher.engines.llamacpp.model import LlamaCppModel
 from tests.engines.llamacpp.support import load
 from tests.engines.support import (
@@ -62,31 +63,55 @@ async def test_short_prompt_is_not_stuck_behind_a_long_one(tiny_model: LlamaCppM
     assert order.index("short") < order.index("long")
 
 
-async def test_running_stream_keeps_streaming_while_a_long_prompt_is_read(tiny_gguf: Path) -> None:
-    # A 0 ms stall target reads new prompts in the smallest chunks while another stream generates,
-    # so the running stream gets a token every step instead of waiting out 512-token chunks.
-    model = load(tiny_gguf, parallel=2, prefill_stall_ms=0)
+async def tokens_streamed_while_read(model: LlamaCppModel, prompts: list[list[int]]) -> int:
+    """Tokens a running stream receives between sending `prompts` together and the last of their
+    first tokens: one per scheduler step, give or take the event loop's timing."""
     received: list[int] = []
 
     async def drain(stream: AsyncIterator[GenerationEvent]) -> None:
         async for event in stream:
             received.extend(event.token_ids)
 
+    # A 100-token prompt first, so the scheduler has timed a prompt step before the others come.
+    background = model.tokenize("Tell me a story about the sea. " * 20)[:100]
+    running = asyncio.ensure_future(drain(model.generate(greedy(background, 3000))))
     try:
-        long_prompt = model.tokenize("The quick brown fox jumps over the lazy dog. " * 200)[:2000]
-        running = asyncio.ensure_future(drain(model.generate(greedy(model.tokenize("Hello there"), 3000))))
         await until(lambda: len(received) >= 5, "the first stream to be generating")
         before = len(received)
-        long_stream = model.generate(greedy(long_prompt, 1))
-        assert (await anext(long_stream)).token_ids
-        during = len(received) - before
+        streams = [model.generate(greedy(prompt, 1)) for prompt in prompts]
+        for stream in streams:
+            assert (await anext(stream)).token_ids
+            await stream.aclose()  # type: ignore[attr-defined]
+        return len(received) - before
+    finally:
         running.cancel()
-        await long_stream.aclose()  # type: ignore[attr-defined]
+
+
+async def test_running_stream_keeps_streaming_while_a_long_prompt_is_read(tiny_gguf: Path) -> None:
+    # A 0 ms stall target reads new prompts in the smallest chunks while another stream generates,
+    # so the running stream gets a token every step instead of waiting out 512-token chunks.
+    model = load(tiny_gguf, parallel=2, prefill_stall_ms=0)
+    try:
+        long_prompt = model.tokenize("The quick brown fox jumps over the lazy dog. " * 200)[:2000]
+        during = await tokens_streamed_while_read(model, [long_prompt])
     finally:
         model.close()
-    # 2,000 prompt tokens take at most 4 steps in 512-token chunks and ~45 in 32-token ones (the
-    # first chunk, read before the step time is known, may be a full one): one token per step.
+    # 2,000 prompt tokens take 4 steps in 512-token chunks and ~60 in 32-token ones.
     assert during >= 30
+
+
+def test_prompt_chunks_per_step() -> None:
+    # A burst of short prompts next to running streams: read whole in one step, never cut by the
+    # stall target's room (here 149 tokens), only by the batch.
+    assert prompt_takes([94, 94, 93], room=149, free=509) == [94, 94, 93]
+    assert prompt_takes([94] * 7, room=149, free=300) == [94, 94, 94, 18, 0, 0, 0]
+    # A long prompt is cut to the room; a short one next to it is read whole first.
+    assert prompt_takes([2000], room=149, free=509) == [149]
+    assert prompt_takes([2000, 94], room=149, free=509) == [55, 94]
+    # Long prompts share evenly; with nobody generating the room is the whole batch.
+    assert prompt_takes([3000, 2000], room=512, free=512) == [256, 256]
+    assert prompt_takes([3000, 100], room=512, free=512) == [412, 100]
+    assert prompt_takes([3000, 2000, 90], room=100, free=509) == [5, 5, 90]
 
 
 async def test_prefix_cache_hit_gives_the_same_tokens(tiny_model: LlamaCppModel) -> None:
