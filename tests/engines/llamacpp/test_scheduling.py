@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from launcher.engines.base import GenerationEvent, QueueFullError
-from launcher.engines.llamacpp._scheduler import prompt_takes
+from launcher.engines.llamacpp._scheduler import burst_wait, prompt_takes
 from launcher.engines.llamacpp.model import LlamaCppModel
 from tests.engines.llamacpp.support import load
 from tests.engines.support import (
@@ -112,6 +112,17 @@ def test_prompt_chunks_per_step() -> None:
     assert prompt_takes([3000, 2000], room=512, free=512) == [256, 256]
     assert prompt_takes([3000, 100], room=512, free=512) == [412, 100]
     assert prompt_takes([3000, 2000, 90], room=100, free=509) == [5, 5, 90]
+
+
+def test_an_idle_scheduler_waits_for_a_burst_only_on_slow_hardware() -> None:
+    # 94 tokens at 2.2 ms each (2-core CPU): ~207 ms to read, so waiting up to ~21 ms for the rest
+    # of a burst is cheap; capped at 25 ms for long prompts.
+    assert burst_wait(0.0022, 94) == pytest.approx(0.0207)
+    assert burst_wait(0.0022, 2000) == 0.025
+    # A GPU reads the same prompt in ~5 ms: it practically never waits.
+    assert burst_wait(0.00005, 94) < 0.001
+    # Nothing is known before the first prompt has been timed: no wait.
+    assert burst_wait(None, 94) == 0.0
 
 
 async def test_prefix_cache_hit_gives_the_same_tokens(tiny_model: LlamaCppModel) -> None:
