@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from launcher.engines.base import GenerationEvent, QueueFullError
-from launcher.engines.llamacpp._scheduler import burst_wait, prompt_takes
 from launcher.engines.llamacpp.model import LlamaCppModel
 from tests.engines.llamacpp.support import load
 from tests.engines.support import (
@@ -98,31 +97,6 @@ async def test_running_stream_keeps_streaming_while_a_long_prompt_is_read(tiny_g
         model.close()
     # 2,000 prompt tokens take 4 steps in 512-token chunks and ~60 in 32-token ones.
     assert during >= 30
-
-
-def test_prompt_chunks_per_step() -> None:
-    # A burst of short prompts next to running streams: read whole in one step, never cut by the
-    # stall target's room (here 149 tokens), only by the batch.
-    assert prompt_takes([94, 94, 93], room=149, free=509) == [94, 94, 93]
-    assert prompt_takes([94] * 7, room=149, free=300) == [94, 94, 94, 18, 0, 0, 0]
-    # A long prompt is cut to the room; a short one next to it is read whole first.
-    assert prompt_takes([2000], room=149, free=509) == [149]
-    assert prompt_takes([2000, 94], room=149, free=509) == [55, 94]
-    # Long prompts share evenly; with nobody generating the room is the whole batch.
-    assert prompt_takes([3000, 2000], room=512, free=512) == [256, 256]
-    assert prompt_takes([3000, 100], room=512, free=512) == [412, 100]
-    assert prompt_takes([3000, 2000, 90], room=100, free=509) == [5, 5, 90]
-
-
-def test_an_idle_scheduler_waits_for_a_burst_only_on_slow_hardware() -> None:
-    # 94 tokens at 2.2 ms each (2-core CPU): ~207 ms to read, so waiting up to ~21 ms for the rest
-    # of a burst is cheap; capped at 25 ms for long prompts.
-    assert burst_wait(0.0022, 94) == pytest.approx(0.02068)
-    assert burst_wait(0.0022, 2000) == 0.025
-    # A GPU reads the same prompt in ~5 ms: it practically never waits.
-    assert burst_wait(0.00005, 94) < 0.001
-    # Nothing is known before the first prompt has been timed: no wait.
-    assert burst_wait(None, 94) == 0.0
 
 
 async def test_prefix_cache_hit_gives_the_same_tokens(tiny_model: LlamaCppModel) -> None:
