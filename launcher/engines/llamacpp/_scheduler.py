@@ -1,12 +1,14 @@
 """Continuous batching over one llama.cpp context, on one thread that owns that context.
 
 Each step builds ONE batch: a decode token for every generating sequence, then prompt chunks of
-admitted requests (chunked prefill). While some sequences are generating, the prompt part of a
-step is sized from the measured speed so that the step takes about `prefill_stall_s`: on a
-2-core CPU a full 512-token chunk would freeze every running stream for a second per step,
-while a GPU reads 512 tokens in milliseconds and still gets whole chunks. With nobody generating
-the batch is filled. After `llama_decode`, each sequence samples from its own row with its own
-sampler chain and its events go to the request's asyncio queue on the server's loop.
+admitted requests (chunked prefill). How much of each prompt a step reads is `_pacing`'s policy:
+while some sequences are generating, the prompt part is sized from measured step times so the
+step takes about `prefill_stall_s` (a full 512-token chunk freezes running streams for a second
+on a 2-core CPU, while a GPU reads it in milliseconds and still gets whole chunks); prompts that
+fit are read whole, shortest first; with nobody generating the batch is filled, and an idle
+scheduler waits a moment for the rest of a burst. After `llama_decode`, each sequence samples
+from its own row (argmax for plain greedy requests, else its own sampler chain) and its events
+go to the request's asyncio queue on the server's loop.
 
 Slots are llama.cpp sequence ids. A slot keeps the tokens whose KV it holds after its request
 ends, so a later request sharing a prefix (an agent resending its system prompt) starts after the
@@ -179,6 +181,8 @@ class Scheduler:
                         break
                     if self._waiting and not self._running:
                         self._gather_burst()
+                        if self._stopping:
+                            break
                     tasks = list(self._tasks)
                     self._tasks.clear()
                 for task in tasks:
