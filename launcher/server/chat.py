@@ -16,9 +16,10 @@ from typing import Any, Literal
 from launcher.engines.base import Constraint, SamplingParams, TokenLogprob
 from launcher.server.errors import bad_request
 from launcher.server.generation import Chunk, Generation, Usage, start_generation, tokenize_prompt
-from launcher.server.reasoning import ThinkSplitter
+from launcher.server.harmony import HarmonySplitter
+from launcher.server.reasoning import ReplySplitter, ThinkSplitter
 from launcher.server.state import ServerState
-from launcher.server.templates import TemplateError, ToolFormat
+from launcher.server.templates import TemplateError, ToolFormat, detect_tool_format
 from launcher.server.toolcalls import ParsedToolCall, StreamingToolParser, TextPiece, tool_constraint
 
 ToolChoice = Literal["none", "auto", "required"] | str  # any other string: the one function to call
@@ -51,7 +52,7 @@ class TextDelta:
 
 @dataclass(frozen=True)
 class ReasoningDelta:
-    """The model's thinking (from `<think>` tags), apart from the answer."""
+    """The model's thinking (`<think>` tags, gpt-oss's analysis channel), apart from the answer."""
 
     text: str
 
@@ -167,7 +168,7 @@ class ChatRun:
     generation: Generation
     tool_format: ToolFormat | None  # None: tool calls are not parsed
     constrained: bool
-    thinking: ThinkSplitter | None = None  # None: the model does not think in tags
+    thinking: ReplySplitter | None = None  # None: the model does not think apart from its answer
 
     @property
     def prompt_tokens(self) -> int:
@@ -268,7 +269,9 @@ async def start_chat(state: ServerState, options: ChatOptions) -> ChatRun:
         ignore_eos=options.ignore_eos,
         request_id=options.request_id,
     )
-    thinking = None
-    if constraint is None and "<think>" in template.source:
+    thinking: ReplySplitter | None = None
+    if constraint is None and detect_tool_format(template.source) == "harmony":
+        thinking = HarmonySplitter()  # gpt-oss: analysis/final channels, whatever tools the template offers
+    elif constraint is None and "<think>" in template.source:
         thinking = ThinkSplitter(starts_inside=text.rstrip().endswith("<think>"))
     return ChatRun(generation, tool_format, constrained, thinking)

@@ -8,18 +8,31 @@ answer. Some templates open the tag in the prompt, so the reply may start inside
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Protocol
 
 OPEN, CLOSE = "<think>", "</think>"
 
 PieceKind = Literal["reasoning", "content"]
 
 
-def _partial_suffix(text: str, marker: str) -> int:
+def partial_suffix(text: str, marker: str) -> int:
+    """How many characters at the end of `text` could be the start of `marker`."""
     for size in range(min(len(marker) - 1, len(text)), 0, -1):
         if text.endswith(marker[:size]):
             return size
     return 0
+
+
+class ReplySplitter(Protocol):
+    """Splits a streamed reply into reasoning and content pieces (`ThinkSplitter`, `HarmonySplitter`)."""
+
+    def feed(self, text: str) -> list[tuple[PieceKind, str]]:
+        """Pieces made certain by `text`."""
+        ...
+
+    def finish(self) -> list[tuple[PieceKind, str]]:
+        """Whatever is still held at the end of generation."""
+        ...
 
 
 class ThinkSplitter:
@@ -58,7 +71,7 @@ class ThinkSplitter:
                     self.buffer = rest
                     self.state = "after_think"
                     continue
-                hold = _partial_suffix(self.buffer, CLOSE)
+                hold = partial_suffix(self.buffer, CLOSE)
                 ready = self.buffer[: len(self.buffer) - hold]
                 if ready:
                     out.append(("reasoning", ready))
