@@ -22,6 +22,31 @@ from launcher.hardware.machine import Machine
 
 ModelFormat = Literal["gguf", "mlx", "exl2", "exl3", "safetensors"]
 
+REPLY_MARKERS: tuple[str, ...] = (
+    # gpt-oss (harmony) channels and tool calls
+    "<|start|>",
+    "<|channel|>",
+    "<|message|>",
+    "<|constrain|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    # Mistral tool calls (control tokens in the v3/tekken tokenizers)
+    "[TOOL_CALLS]",
+    "[ARGS]",
+    "[CALL_ID]",
+    # Llama 3.1 built-in tool calls
+    "<|python_tag|>",
+    # thinking and Hermes-style tool calls, where a tokenizer makes them control tokens
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+)
+"""Special tokens that carry a reply's structure. An engine writes them into the generated text when
+the model emits them, because the server's reply parsers (reasoning, tool calls) read them there;
+other control tokens (turn markers and the like) stay invisible."""
+
 
 @dataclass(frozen=True)
 class Availability:

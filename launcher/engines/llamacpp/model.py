@@ -19,7 +19,7 @@ import numpy as np
 
 from launcher.core.errors import EngineError
 from launcher.engines._streaming import EventStream
-from launcher.engines.base import EngineStats, GenerationEvent, GenerationRequest, ModelInfo
+from launcher.engines.base import REPLY_MARKERS, EngineStats, GenerationEvent, GenerationRequest, ModelInfo
 from launcher.engines.llamacpp._embedding import Embedder
 from launcher.engines.llamacpp._sampling import ConstraintError, compile_constraint
 from launcher.engines.llamacpp._scheduler import Job, Scheduler
@@ -62,6 +62,7 @@ class LlamaCppModel:
         self._n_vocab = info.vocab_size
         self._settings = settings
         self._pieces: list[bytes | None] = [None] * self._n_vocab
+        self._markers = self._marker_tokens()
         self._embedder = embedder
         self._closed = False
         self._scheduler = Scheduler(
@@ -106,15 +107,26 @@ class LlamaCppModel:
                 return buffer.raw[:count].decode("utf-8", errors="replace")
             capacity = -count
 
+    def _marker_tokens(self) -> frozenset[int]:
+        """This vocabulary's control tokens that are reply markers (see REPLY_MARKERS)."""
+        found = set()
+        for marker in REPLY_MARKERS:
+            ids = self.tokenize(marker, parse_special=True)
+            if len(ids) == 1 and self._ll.llama_vocab_is_control(self._vocab, ids[0]):
+                found.add(ids[0])
+        return frozenset(found)
+
     def token_bytes(self, token: int) -> bytes:
-        """The raw bytes a generated token adds to the text (control tokens add nothing)."""
+        """The raw bytes a generated token adds to the text: control tokens add nothing, except
+        reply markers (gpt-oss channels, [TOOL_CALLS], ...), which the server's parsers read."""
         piece = self._pieces[token]
         if piece is None:
+            special = token in self._markers
             buffer = ctypes.create_string_buffer(64)
-            count = self._ll.llama_token_to_piece(self._vocab, token, buffer, 64, 0, False)
+            count = self._ll.llama_token_to_piece(self._vocab, token, buffer, 64, 0, special)
             if count < 0:
                 buffer = ctypes.create_string_buffer(-count)
-                count = self._ll.llama_token_to_piece(self._vocab, token, buffer, -count, 0, False)
+                count = self._ll.llama_token_to_piece(self._vocab, token, buffer, -count, 0, special)
             piece = buffer.raw[:count]
             self._pieces[token] = piece
         return piece

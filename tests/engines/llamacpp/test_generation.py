@@ -63,6 +63,18 @@ async def test_end_of_generation_token_stops(tiny_model: LlamaCppModel, text_pro
     assert "<|im_end|>" not in outcome.text
 
 
+async def test_reply_marker_tokens_are_written_out_other_control_tokens_are_not(
+    tiny_model: LlamaCppModel, text_prompt: list[int]
+) -> None:
+    # [TOOL_CALLS] is a control token the tool-call parser must see; <|im_start|> is a turn marker.
+    marker, turn = tiny_model.tokenize("[TOOL_CALLS]")[0], tiny_model.tokenize("<|im_start|>")[0]
+    for token, text in ((marker, "[TOOL_CALLS]"), (turn, "")):
+        sampling = SamplingParams(temperature=0.0, logit_bias={token: 100.0})
+        outcome = await run(tiny_model, GenerationRequest(text_prompt, max_tokens=1, sampling=sampling))
+        assert outcome.tokens == [token]
+        assert outcome.text == text
+
+
 async def test_ignore_eos_keeps_going(tiny_model: LlamaCppModel, text_prompt: list[int]) -> None:
     eos = tiny_model.tokenize("<|im_end|>")[0]
     sampling = SamplingParams(temperature=0.0, logit_bias={eos: 100.0})
