@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from launcher.engines.base import REPLY_MARKERS
+
 _PROMPT_CONTEXT_TOKENS = 6  # prompt tokens decoded before the first new token (leading-space rules)
 
 
@@ -30,6 +32,17 @@ class TokenizerAccess:
         decoder: dict[int, Any] = dict(getattr(hf_tokenizer, "added_tokens_decoder", {}) or {})
         self.special_ids = frozenset(t for t, tok in decoder.items() if getattr(tok, "special", False))
         self.added_ids = frozenset(decoder)
+        self.markers = self._marker_texts()
+
+    def _marker_texts(self) -> dict[int, str]:
+        """This tokenizer's special tokens that are reply markers (see REPLY_MARKERS): the ones that
+        decoding with `skip_special` would drop although the server's parsers need them."""
+        found: dict[int, str] = {}
+        for marker in REPLY_MARKERS:
+            ids = self.encode(marker, add_special=False, parse_special=True)
+            if len(ids) == 1 and not self.decode(ids, skip_special=True):
+                found[ids[0]] = marker
+        return found
 
     @property
     def hf(self) -> Any:
@@ -62,7 +75,8 @@ class IncrementalText:
 
     Each step decodes a short window (a few already-printed tokens + the new ones) and emits the
     part that is new, holding back pieces that end in an incomplete character. Control tokens
-    (special added tokens such as `<|im_start|>`) produce no text, as in the llama.cpp engine.
+    (special added tokens such as `<|im_start|>`) produce no text, as in the llama.cpp engine,
+    except reply markers (gpt-oss channels, `[TOOL_CALLS]`, ...), which are written out.
     """
 
     def __init__(self, tokens: TokenizerAccess, prompt: Sequence[int]) -> None:
@@ -73,6 +87,12 @@ class IncrementalText:
 
     def add(self, token: int) -> str:
         """The text this token adds (may be "" while a character is incomplete)."""
+        marker = self._tokens.markers.get(token)
+        if marker is not None:
+            held = self.flush()
+            self._ids.append(token)  # decoded windows skip it; it only keeps the count right
+            self._read = len(self._ids)
+            return held + marker
         self._ids.append(token)
         before = self._tokens.decode(self._ids[self._prefix : self._read], skip_special=True)
         after = self._tokens.decode(self._ids[self._prefix :], skip_special=True)

@@ -57,6 +57,18 @@ async def test_end_of_turn_stops_generation_without_showing_the_token(
     assert outcome.last.completion_tokens == 0
 
 
+async def test_reply_marker_tokens_are_written_out_other_control_tokens_are_not(
+    mlx_model: MlxModel, chat_prompt: list[int]
+) -> None:
+    # [TOOL_CALLS] is a special token the tool-call parser must see; <|im_start|> is a turn marker.
+    marker, turn = mlx_model.tokenize("[TOOL_CALLS]")[0], mlx_model.tokenize("<|im_start|>")[0]
+    for token, text in ((marker, "[TOOL_CALLS]" * 2), (turn, "")):
+        sampling = SamplingParams(temperature=0.0, logit_bias={token: 100.0})
+        outcome = await run(mlx_model, GenerationRequest(prompt_tokens=chat_prompt, max_tokens=2, sampling=sampling))
+        assert outcome.tokens == [token, token]
+        assert outcome.text == text
+
+
 async def test_json_schema_constraint_gives_parseable_json_on_random_weights(
     mlx_model: MlxModel, chat_prompt: list[int]
 ) -> None:
