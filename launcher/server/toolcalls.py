@@ -5,8 +5,11 @@ Families: hermes/qwen `<tool_call>{"name", "arguments"}</tool_call>`, llama 3.x 
 `[TOOL_CALLS][{...}]` (and the newer `[TOOL_CALLS]name[ARGS]{...}`), gpt-oss harmony
 `<|channel|>commentary to=functions.NAME ... <|message|>{...}<|call|>`.
 
-The streaming parser emits text as soon as it cannot be the start of a tool call and holds
-back only the few characters that could still become one.
+The streaming parser emits text as soon as it cannot be the start of a tool call. After a start
+marker it holds the text back only while it can still become a call: the body is checked as it
+grows (a JSON prefix, or the family's `name[ARGS]`/harmony header), and the moment it cannot be
+one the marker and the body are released as text. A model that writes `<tool_call>` and then
+prose therefore keeps streaming, instead of going silent until the reply ends.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ import json
 import re
 import secrets
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from launcher.engines.base import Constraint
+from launcher.server.json_prefix import is_json_prefix
 from launcher.server.templates import ToolFormat
 
 
@@ -48,10 +52,14 @@ _MARKERS: dict[ToolFormat, dict[str, str | None]] = {
 }
 
 
+# Small models put raw newlines inside JSON strings (code in a Write call); read them anyway.
+_DECODER = json.JSONDecoder(strict=False)
+
+
 def _arguments_json(value: Any) -> str:
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = _DECODER.decode(value)
         except json.JSONDecodeError:
             return str(value)
     return json.dumps(value if value is not None else {}, ensure_ascii=False)
@@ -76,7 +84,7 @@ def _calls_from_json(value: Any) -> list[ParsedToolCall] | None:
 
 def _decode_json_sequence(text: str) -> list[Any] | None:
     """JSON values separated by whitespace or `;` (llama 3 may emit several)."""
-    decoder = json.JSONDecoder()
+    decoder = _DECODER
     values: list[Any] = []
     position = 0
     text = text.strip()
@@ -91,6 +99,72 @@ def _decode_json_sequence(text: str) -> list[Any] | None:
             return None
         values.append(value)
     return values or None
+
+
+BodyState = Literal["possible", "impossible", "calls_then_text"]
+
+_JSON_SEPARATORS = " \t\r\n;"
+
+
+def _json_calls_state(body: str, end: str | None) -> tuple[BodyState, int]:
+    """Whether a JSON-sequence call body can still become calls, and where complete calls end.
+
+    Complete values must each look like calls; what follows them must be nothing yet, the start
+    of the end marker, or the start of another object or array.
+    """
+    decoder = _DECODER
+    position, complete_end, found = 0, 0, False
+    while True:
+        while position < len(body) and body[position] in _JSON_SEPARATORS:
+            position += 1
+        rest = body[position:]
+        if not rest or (end is not None and end.startswith(rest)):
+            return "possible", complete_end
+        if rest[0] not in "{[":
+            return ("calls_then_text" if found else "impossible"), complete_end
+        try:
+            value, consumed = decoder.raw_decode(rest)
+        except json.JSONDecodeError:
+            if is_json_prefix(rest):
+                return "possible", complete_end
+            return ("calls_then_text" if found else "impossible"), complete_end
+        if _calls_from_json(value) is None:
+            return ("calls_then_text" if found else "impossible"), complete_end
+        position += consumed
+        complete_end, found = position, True
+
+
+_MISTRAL_NAME = re.compile(r"\s*[\w.\-]+")
+_HARMONY_NAME = re.compile(r"[\w.\-]+")
+_HARMONY_HEADER_MAX = 160  # `NAME <|constrain|>json` before <|message|>: a few dozen characters
+
+
+def _body_state(fmt: ToolFormat, body: str, end: str | None) -> BodyState:
+    """Can `body` (the text after a start marker, without its end marker) still become a call?"""
+    if fmt == "harmony":
+        head, marker, args = body.partition("<|message|>")
+        if not marker:
+            fits = len(head) <= _HARMONY_HEADER_MAX and (not head or _HARMONY_NAME.match(head))
+            return "possible" if fits else "impossible"
+        args = args.lstrip()
+        if not args or (end is not None and end.startswith(args)):
+            return "possible"
+        return "possible" if args[0] in "{[" and is_json_prefix(args) else "impossible"
+    stripped = body.lstrip()
+    if fmt == "mistral" and stripped and stripped[0] not in "{[":
+        name = _MISTRAL_NAME.match(body)
+        if name is None:
+            return "impossible"
+        rest = body[name.end() :]
+        if "[ARGS]".startswith(rest) or not rest:
+            return "possible"
+        if not rest.startswith("[ARGS]"):
+            return "impossible"
+        args = rest[len("[ARGS]") :].lstrip()
+        if "[TOOL_CALLS]" in args:
+            return "possible"  # several calls: checked whole when the reply ends
+        return "possible" if not args or (args[0] in "{[" and is_json_prefix(args)) else "impossible"
+    return _json_calls_state(body, end)[0]
 
 
 def parse_call_body(fmt: ToolFormat, body: str) -> list[ParsedToolCall] | None:
@@ -139,6 +213,7 @@ class StreamingToolParser:
         self.in_call = False
         self.seen_text = False  # llama 3 bare JSON only counts at the very start
         self._bare_json = False  # the open call is bare llama 3 JSON (no marker to give back)
+        self._checked_size = 0  # body size at the last look-ahead check
 
     def _longest_marker_prefix(self, text: str) -> int:
         best = 0
@@ -156,11 +231,28 @@ class StreamingToolParser:
         while True:
             if self.in_call:
                 end = self.in_call_end
-                if end is None or end not in self.buffer:
+                if end is not None and end in self.buffer:
+                    body, _, rest = self.buffer.partition(end)
+                    if _body_state(self.fmt, body, None) != "impossible":
+                        self.buffer, self.in_call = rest, False
+                        events.extend(self._close_call(body, end))
+                        continue
+                    verdict: BodyState = "impossible"
+                else:
+                    verdict = self._body_verdict()
+                if verdict == "possible":
                     return events
-                body, _, self.buffer = self.buffer.partition(end)
-                self.in_call = False
-                events.extend(self._close_call(body, end))
+                self.in_call, self.seen_text = False, True
+                if verdict == "impossible":
+                    # Not a call: the marker is text, and the body is read again as text (it may
+                    # hold a real call further on).
+                    if not self._bare_json:
+                        events.append(TextPiece(next(iter(self.markers))))
+                    continue
+                # Complete calls, then the model went on writing without the end marker.
+                _, calls_end = _json_calls_state(self.buffer, end)
+                body, self.buffer = self.buffer[:calls_end], self.buffer[calls_end:]
+                events.extend(self._close_call(body, None))
                 continue
             if self.fmt == "llama3" and not self.seen_text:
                 stripped = self.buffer.lstrip()
@@ -168,8 +260,8 @@ class StreamingToolParser:
                     return events
                 if stripped.startswith("{"):
                     self.in_call, self.in_call_end, self.buffer = True, None, stripped
-                    self._bare_json = True
-                    return events
+                    self._bare_json, self._checked_size = True, 0
+                    continue
             found = [(self.buffer.find(m), m) for m in self.markers if m in self.buffer]
             if found:
                 index, marker = min(found)
@@ -178,7 +270,7 @@ class StreamingToolParser:
                 self.seen_text = True
                 self.buffer = self.buffer[index + len(marker) :]
                 self.in_call, self.in_call_end = True, self.markers[marker]
-                self._bare_json = False
+                self._bare_json, self._checked_size = False, 0
                 continue
             hold = self._longest_marker_prefix(self.buffer)
             ready = self.buffer[: len(self.buffer) - hold]
@@ -188,6 +280,18 @@ class StreamingToolParser:
                     self.seen_text = True
             self.buffer = self.buffer[len(ready) :]
             return events
+
+    def _body_verdict(self) -> BodyState:
+        """The look-ahead check of the open call's body, run again once the body has grown by 1/32.
+
+        Re-reading a long body on every token would cost quadratic time for a call that writes a
+        large file; checking at geometric steps keeps the total linear and the delay bounded.
+        """
+        size = len(self.buffer)
+        if size - self._checked_size < max(1, size // 32):
+            return "possible"
+        self._checked_size = size
+        return _body_state(self.fmt, self.buffer, self.in_call_end)
 
     def _close_call(self, body: str, end: str | None) -> list[ParserEvent]:
         calls = parse_call_body(self.fmt, body)

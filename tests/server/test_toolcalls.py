@@ -93,3 +93,60 @@ def test_required_constraint_names_only_the_offered_tools() -> None:
 def test_call_cut_inside_the_end_marker_is_still_parsed() -> None:
     content, calls = parse_tool_calls("hermes", '<tool_call>\n{"name": "f", "arguments": {"a": 1}} \n</tool')
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("f", {"a": 1})] and content == ""
+
+
+def _stream_through(parser: StreamingToolParser, text: str) -> list[tuple[int, TextPiece | ParsedToolCall]]:
+    """(index of the fed character, event) for every event, feeding one character at a time."""
+    events: list[tuple[int, TextPiece | ParsedToolCall]] = []
+    for index, char in enumerate(text):
+        events.extend((index, event) for event in parser.feed(char))
+    events.extend((len(text), event) for event in parser.finish())
+    return events
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text", "released_by"),
+    [
+        # the starter model's reply that held 300 tokens back until the end
+        ("hermes", '```\n<tool_call>\n{"name": "shell", "arguments": ["ls"] oops, and then a long story', "oops"),
+        ("hermes", "<tool_call> I would call a tool here, but let me explain first.", "I"),
+        ("llama3", '{"name": "get_weather", "parameters": {"city": Paris}} and more', "Paris"),
+        ("llama3", "<|python_tag|>print('hello') and then much more text", "print"),
+        ("mistral", "[TOOL_CALLS] is how calls begin, as I said.", "is "),
+        ("harmony", "<|channel|>commentary to=functions.f " + "x" * 200, "x" * 200),
+    ],
+)
+def test_text_after_a_start_marker_is_released_as_soon_as_it_cannot_be_a_call(
+    fmt: ToolFormat, text: str, released_by: str
+) -> None:
+    events = _stream_through(StreamingToolParser(fmt), text)
+    assert not [e for _, e in events if isinstance(e, ParsedToolCall)]
+    assert "".join(e.text for _, e in events if isinstance(e, TextPiece)) == text  # nothing lost
+    cut = text.index(released_by) + len(released_by)
+    before_end = "".join(e.text for i, e in events if isinstance(e, TextPiece) and i < cut)
+    assert len(before_end) >= text.index(released_by) - 2, "the text was held back past the point it became prose"
+
+
+def test_a_long_call_is_held_whole_and_parsed() -> None:
+    content = "line of a file\n" * 2000  # a Write call with 30 kB of arguments
+    call = json.dumps({"name": "Write", "arguments": {"file_path": "a.txt", "content": content}})
+    events = _stream_through(StreamingToolParser("hermes"), f"Writing it.\n<tool_call>\n{call}\n</tool_call>")
+    calls = [e for _, e in events if isinstance(e, ParsedToolCall)]
+    assert [(c.name, json.loads(c.arguments)["content"]) for c in calls] == [("Write", content)]
+    assert "".join(e.text for _, e in events if isinstance(e, TextPiece)).strip() == "Writing it."
+
+
+def test_a_complete_call_followed_by_prose_without_the_end_marker_is_still_a_call() -> None:
+    call = '<tool_call>{"name": "f", "arguments": {"a": 1}}'
+    events = _stream_through(StreamingToolParser("hermes"), call + " Now I wait for the result.")
+    calls = [(i, e) for i, e in events if isinstance(e, ParsedToolCall)]
+    assert [(c.name, json.loads(c.arguments)) for _, c in calls] == [("f", {"a": 1})]
+    assert calls[0][0] <= len(call) + 1, "the call waited for the end of the reply"
+    assert "".join(e.text for _, e in events if isinstance(e, TextPiece)).strip() == "Now I wait for the result."
+
+
+def test_a_real_call_after_a_released_marker_is_still_found() -> None:
+    text = '<tool_call> means a call. Like this: <tool_call>{"name": "f", "arguments": {}}</tool_call>'
+    content, calls = parse_tool_calls("hermes", text)
+    assert [c.name for c in calls] == ["f"]
+    assert content == "<tool_call> means a call. Like this: "
