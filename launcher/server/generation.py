@@ -1,14 +1,19 @@
 """The shared generation driver: tokens in, text pieces out, with stop strings, usage and metrics.
 
-Every endpoint goes through `start_generation`: it tokenizes, checks the prompt against the
-context (a 400 before any stream starts), asks the engine for the first event (so a full
-queue is a 429 before any stream starts), then yields `Chunk`s and one final `Finish`.
+Every endpoint goes through `start_generation`: it checks the prompt against the context (a 400
+before any stream starts) and hands it to the engine (a full queue is a 429 before any stream
+starts). A request the engine refuses outright also fails before the stream, but the first token
+is not awaited: reading a long prompt takes seconds to minutes, and a streaming client must get
+its headers and first event at once, then keep-alives, not silence. Iterating the `Generation`
+yields `Chunk`s and one final `Finish`.
 Stop strings are matched here: text that could be the start of a stop string is held back
 until it is known not to be one.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import time
 from collections.abc import AsyncIterator
@@ -28,6 +33,10 @@ from launcher.server.errors import ApiError, bad_request
 from launcher.server.metrics import ServerMetrics
 
 FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+# How long start_generation waits for the engine's first event: enough for a refusal the engine
+# queues up front (bad prompt, bad constraint) to become an HTTP error, short against any prefill.
+REFUSAL_WAIT_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -79,7 +88,7 @@ class Generation:
     def __init__(
         self,
         stream: AsyncIterator[GenerationEvent],
-        first: GenerationEvent,
+        first: asyncio.Future[GenerationEvent],
         *,
         prompt_tokens: int,
         stops: list[str],
@@ -88,7 +97,7 @@ class Generation:
     ) -> None:
         self.prompt_tokens = prompt_tokens
         self._stream = stream
-        self._first: GenerationEvent | None = first
+        self._first: asyncio.Future[GenerationEvent] | None = first  # the engine's first event, maybe pending
         self._stops = [s for s in stops if s]
         self._metrics = metrics
         self._started = started
@@ -114,7 +123,10 @@ class Generation:
 
     async def _events(self) -> AsyncIterator[GenerationEvent]:
         if self._first is not None:
-            first, self._first = self._first, None
+            try:
+                first = await self._first
+            finally:
+                self._first = None
             yield first
         async for event in self._stream:
             yield event
@@ -164,6 +176,10 @@ class Generation:
             return
         self._closed = True
         self._metrics.duration.observe(time.monotonic() - self._started)
+        if self._first is not None and not self._first.done():
+            self._first.cancel()  # the engine's stream turns this into a cancelled job
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._first
         closer = getattr(self._stream, "aclose", None)
         if closer is not None:
             await closer()
@@ -214,11 +230,12 @@ async def start_generation(
         request_id=request_id,
     )
     started = time.monotonic()
-    metrics.prompt_tokens.inc(count)
-    stream: AsyncIterator[GenerationEvent] | None = None
     try:
         stream = model.generate(request)
-        first = await stream.__anext__()
+        first = asyncio.ensure_future(_next_event(stream, count))
+        await asyncio.wait({first}, timeout=REFUSAL_WAIT_S)
+        if first.done():
+            first.result()  # an engine that refuses on its first step raises here
     except QueueFullError as err:
         raise ApiError(
             429,
@@ -226,12 +243,18 @@ async def start_generation(
             code="queue_full",
             headers={"Retry-After": str(max(1, math.ceil(err.retry_after_s)))},
         ) from err
-    except StopAsyncIteration:
-        first = GenerationEvent(finish_reason="stop", prompt_tokens=count)
-    if first.finish_reason == "error" and not first.token_ids:
+    if first.done() and first.result().finish_reason == "error" and not first.result().token_ids:
         closer = getattr(stream, "aclose", None)
         if closer is not None:
             await closer()
-        raise ApiError(500, f"The engine failed: {first.error or 'unknown error'}")
-    assert stream is not None
+        raise ApiError(500, f"The engine failed: {first.result().error or 'unknown error'}")
+    metrics.prompt_tokens.inc(count)
     return Generation(stream, first, prompt_tokens=count, stops=stops or [], metrics=metrics, started=started)
+
+
+async def _next_event(stream: AsyncIterator[GenerationEvent], prompt_tokens: int) -> GenerationEvent:
+    """The stream's next event, as a coroutine that can run as a task (an empty stream ends as "stop")."""
+    try:
+        return await stream.__anext__()
+    except StopAsyncIteration:
+        return GenerationEvent(finish_reason="stop", prompt_tokens=prompt_tokens)

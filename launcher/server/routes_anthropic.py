@@ -37,9 +37,10 @@ from launcher.server.schemas_anthropic import (
     Tool,
     ToolChoice,
 )
-from launcher.server.sse import EventStream, named_event
+from launcher.server.sse import EventStream, KeepAlive, named_event, with_keepalives
 
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+PING = named_event("ping", {"type": "ping"})  # Anthropic's own keep-alive event
 
 
 def _block_text(content: str | list[dict[str, Any]] | None) -> str:
@@ -166,7 +167,7 @@ async def messages(request: Request) -> Any:
     run = await start_chat(state, options)
     model_id = body.model or state.model_id
     if body.stream:
-        return EventStream(_stream(run, message_id, model_id), run.aclose)
+        return EventStream(_stream(run, message_id, model_id, state.keepalive_s), run.aclose)
     content: list[dict[str, Any]] = []
     done: ChatDone | None = None
     try:
@@ -216,7 +217,7 @@ async def messages(request: Request) -> Any:
     )
 
 
-async def _stream(run: ChatRun, message_id: str, model_id: str) -> AsyncIterator[bytes]:
+async def _stream(run: ChatRun, message_id: str, model_id: str, keepalive_s: float) -> AsyncIterator[bytes]:
     yield named_event(
         "message_start",
         {
@@ -233,7 +234,7 @@ async def _stream(run: ChatRun, message_id: str, model_id: str) -> AsyncIterator
             },
         },
     )
-    yield named_event("ping", {"type": "ping"})
+    yield PING
     index = -1
     open_kind: str | None = None  # "text" or "thinking" while such a block is open
 
@@ -257,8 +258,10 @@ async def _stream(run: ChatRun, message_id: str, model_id: str) -> AsyncIterator
         )
         return events
 
-    async for event in run.events():
-        if isinstance(event, TextDelta | ReasoningDelta):
+    async for event in with_keepalives(run.events(), keepalive_s):
+        if isinstance(event, KeepAlive):
+            yield PING
+        elif isinstance(event, TextDelta | ReasoningDelta):
             kind = "text" if isinstance(event, TextDelta) else "thinking"
             if not event.text or (open_kind != kind and not event.text.strip()):
                 continue  # no block for whitespace between blocks

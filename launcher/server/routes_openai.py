@@ -39,7 +39,7 @@ from launcher.server.schemas_openai import (
     NamedToolChoice,
     ResponseFormat,
 )
-from launcher.server.sse import DONE, EventStream, data_event
+from launcher.server.sse import COMMENT_KEEPALIVE, DONE, EventStream, KeepAlive, data_event, with_keepalives
 from launcher.server.state import ServerState
 
 
@@ -162,7 +162,7 @@ async def chat_completions(request: Request) -> Any:
     model_id = state.model_id
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        stream = _chat_stream(run, completion_id, created, model_id, include_usage, body.logprobs)
+        stream = _chat_stream(run, completion_id, created, model_id, include_usage, body.logprobs, state.keepalive_s)
         return EventStream(stream, run.aclose)
     try:
         text: list[str] = []
@@ -216,7 +216,13 @@ def _openai_finish(reason: str) -> str:
 
 
 async def _chat_stream(
-    run: ChatRun, completion_id: str, created: int, model_id: str, include_usage: bool, want_logprobs: bool
+    run: ChatRun,
+    completion_id: str,
+    created: int,
+    model_id: str,
+    include_usage: bool,
+    want_logprobs: bool,
+    keepalive_s: float,
 ) -> AsyncIterator[bytes]:
     def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
         payload: dict[str, Any] = {
@@ -232,8 +238,10 @@ async def _chat_stream(
         return data_event(payload)
 
     yield chunk({"role": "assistant", "content": ""})
-    async for event in run.events():
-        if isinstance(event, TextDelta):
+    async for event in with_keepalives(run.events(), keepalive_s):
+        if isinstance(event, KeepAlive):
+            yield COMMENT_KEEPALIVE
+        elif isinstance(event, TextDelta):
             if event.text or event.logprobs:
                 logprobs = {"content": openai_logprobs(event.logprobs)} if want_logprobs else None
                 yield chunk({"content": event.text}, logprobs=logprobs)
@@ -318,8 +326,10 @@ async def completions(request: Request) -> Any:
         async def stream() -> AsyncIterator[bytes]:
             if echo:
                 yield data_event(payload(echo, None, None))
-            async for item in generation:
-                if isinstance(item, Chunk):
+            async for item in with_keepalives(generation.__aiter__(), state.keepalive_s):
+                if isinstance(item, KeepAlive):
+                    yield COMMENT_KEEPALIVE
+                elif isinstance(item, Chunk):
                     if item.text:
                         yield data_event(payload(item.text, None, None))
                 else:

@@ -26,7 +26,7 @@ from launcher.server.errors import ApiError, bad_request
 from launcher.server.generation import Usage
 from launcher.server.routes_common import collect_until_disconnect, new_id, parse_body, sampling_from, state_of
 from launcher.server.schemas_responses import ResponsesRequest
-from launcher.server.sse import EventStream, named_event
+from launcher.server.sse import EventStream, KeepAlive, named_event, with_keepalives
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ async def responses(request: Request) -> Any:
     run = await start_chat(state, options)
     builder = _ResponseBuilder(body, response_id, body.model or state.model_id)
     if body.stream:
-        return EventStream(_stream(run, builder), run.aclose)
+        return EventStream(_stream(run, builder, state.keepalive_s), run.aclose)
     text = ""
     done: ChatDone | None = None
     output: list[dict[str, Any]] = []
@@ -230,7 +230,7 @@ async def responses(request: Request) -> Any:
     return JSONResponse(builder.response)
 
 
-async def _stream(run: ChatRun, builder: _ResponseBuilder) -> AsyncIterator[bytes]:
+async def _stream(run: ChatRun, builder: _ResponseBuilder, keepalive_s: float) -> AsyncIterator[bytes]:
     response = builder.response
     yield builder.event("response.created", response=dict(response))
     yield builder.event("response.in_progress", response=dict(response))
@@ -263,7 +263,10 @@ async def _stream(run: ChatRun, builder: _ResponseBuilder) -> AsyncIterator[byte
         text_item = None
         return events
 
-    async for event in run.events():
+    async for event in with_keepalives(run.events(), keepalive_s):
+        if isinstance(event, KeepAlive):
+            yield builder.event("keepalive")  # OpenAI's own; Codex resets its idle timer on any event
+            continue
         if isinstance(event, ReasoningDelta):
             continue
         if isinstance(event, TextDelta):

@@ -1,18 +1,41 @@
-"""Server-sent events with prompt cleanup when the client goes away.
+"""Server-sent events with prompt cleanup when the client goes away, and keep-alives while it waits.
 
 `EventStream` sends the body of an async iterator and, at the same time, listens for the
 client's disconnect; on disconnect (or any send failure) it cancels the sender and calls
 `on_close`, which closes the engine generator so the sequence is freed within one decode step.
+
+`with_keepalives` marks the silences: agents drop a stream that says nothing for a while
+(Codex after 300 s, Cline after 30 s), and reading a 20k-token prompt on a CPU, or holding
+back text that may be a tool call, can take longer than that. Each protocol turns the
+`KEEPALIVE` marker into its own form: an SSE comment (OpenAI chat and completions), a `ping`
+event (Anthropic), a `keepalive` event (Responses; Codex's idle timer counts only events).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, Final, TypeVar
 
 import anyio
 from starlette.types import Receive, Scope, Send
+
+ItemT = TypeVar("ItemT")
+
+KEEPALIVE_INTERVAL_S = 10.0
+"""Seconds of silence before a keep-alive goes out."""
+
+
+class KeepAlive:
+    """The marker `with_keepalives` yields after a silence."""
+
+
+KEEPALIVE: Final = KeepAlive()
+
+COMMENT_KEEPALIVE = b": keep-alive\n\n"
+"""An SSE comment: clients ignore it, but the bytes reset their read timeouts."""
 
 
 def data_event(payload: Any) -> bytes:
@@ -27,6 +50,35 @@ def named_event(name: str, payload: Any) -> bytes:
 
 
 DONE = b"data: [DONE]\n\n"
+
+
+async def with_keepalives(events: AsyncIterator[ItemT], interval: float) -> AsyncIterator[ItemT | KeepAlive]:
+    """`events`, with `KEEPALIVE` yielded whenever `interval` seconds pass without one.
+
+    The next item is awaited in a task so that waiting can time out without cancelling it;
+    closing this iterator cancels that task, which closes the engine's request.
+    """
+    iterator = aiter(events)
+    pending: asyncio.Future[ItemT] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(iterator))
+            done, _ = await asyncio.wait({pending}, timeout=interval)
+            if not done:
+                yield KEEPALIVE
+                continue
+            finished, pending = pending, None
+            try:
+                item = finished.result()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await pending
 
 
 class EventStream:

@@ -16,6 +16,7 @@ from launcher.core.errors import LauncherError
 from launcher.engines.base import EngineStats, LoadedModel
 from launcher.server.errors import ApiError
 from launcher.server.metrics import ServerMetrics
+from launcher.server.sse import KEEPALIVE_INTERVAL_S
 from launcher.server.templates import ChatTemplate, load_template
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ class ServerState:
     template: ChatTemplate | None = None
     load_error: LauncherError | None = None
     loaded: threading.Event = field(default_factory=threading.Event)
+    keepalive_s: float = KEEPALIVE_INTERVAL_S  # silence before a stream sends a keep-alive
     metrics: ServerMetrics = field(init=False)
 
     def __post_init__(self) -> None:

@@ -24,10 +24,15 @@ def fake_model() -> FakeModel:
 
 @pytest.fixture
 def serve() -> Iterator[ServeFn]:
-    """`with serve(model, **config) as url:` runs the real app on a free port."""
+    """`with serve(model, **config) as url:` runs the real app on a free port.
 
-    def start(model: LoadedModel, **config: object) -> AbstractContextManager[str]:
+    `keepalive_s=` sets how long a stream stays silent before a keep-alive (10 s in real use).
+    """
+
+    def start(model: LoadedModel, keepalive_s: float | None = None, **config: object) -> AbstractContextManager[str]:
         app = create_app(model, ServeConfig(port=0, **config))  # type: ignore[arg-type]
+        if keepalive_s is not None:
+            app.state.server.keepalive_s = keepalive_s
         return running_app(app)
 
     yield start

@@ -53,10 +53,14 @@ def fake_info(**overrides: object) -> ModelInfo:
 
 @dataclass
 class FakeModel:
-    """Replies with `reply(prompt_text)`, one character per token, `delay` seconds apart."""
+    """Replies with `reply(prompt_text)`, one character per token, `delay` seconds apart.
+
+    `first_delay` is the time before the first token, like a long prompt being read.
+    """
 
     reply: Callable[[str], str] = lambda prompt: "Hello from the fake model."
     delay: float = 0.0
+    first_delay: float = 0.0
     info: ModelInfo = field(default_factory=fake_info)
     queue_full: bool = False
     requests: list[GenerationRequest] = field(default_factory=list)
@@ -85,6 +89,8 @@ class FakeModel:
         finished = False
         try:
             produced = 0
+            if self.first_delay:
+                await asyncio.sleep(self.first_delay)
             for index, char in enumerate(text):
                 if produced >= request.max_tokens:
                     break
