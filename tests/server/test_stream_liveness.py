@@ -70,14 +70,16 @@ def test_headers_and_first_event_come_at_once_then_keepalives_while_the_prompt_i
 def test_the_official_sdks_read_streams_with_keepalives(serve: ServeFn, fake_model: FakeModel) -> None:
     fake_model.first_delay = 0.6
     fake_model.reply = lambda prompt: "Hello there."
-    with serve(fake_model, keepalive_s=0.1) as url:
-        chat = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+    with (
+        serve(fake_model, keepalive_s=0.1) as url,
+        openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as chat,
+        anthropic.Anthropic(base_url=url, api_key="x", max_retries=0) as messages,
+    ):
         pieces = chat.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
         assert "".join(c.choices[0].delta.content or "" for c in pieces if c.choices) == "Hello there."
         with chat.responses.stream(model="m", input="hi") as events:
             final = events.get_final_response()
         assert final.output_text == "Hello there."
-        messages = anthropic.Anthropic(base_url=url, api_key="x", max_retries=0)
         with messages.messages.stream(model="m", max_tokens=50, messages=[{"role": "user", "content": "hi"}]) as stream:
             assert stream.get_final_text() == "Hello there."
 
