@@ -9,6 +9,7 @@ parsing (grammar-constrained when the client requires a call) and response forma
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -21,6 +22,8 @@ from launcher.server.reasoning import ReplySplitter, ThinkSplitter
 from launcher.server.state import ServerState
 from launcher.server.templates import TemplateError, ToolFormat, detect_tool_format
 from launcher.server.toolcalls import ParsedToolCall, StreamingToolParser, TextPiece, tool_constraint
+
+log = logging.getLogger(__name__)
 
 ToolChoice = Literal["none", "auto", "required"] | str  # any other string: the one function to call
 ChatFinish = Literal["stop", "length", "tool_calls", "cancelled", "error"]
@@ -78,21 +81,38 @@ class ChatDone:
 ChatEvent = TextDelta | ReasoningDelta | ToolCallDelta | ChatDone
 
 
-def text_of(content: Any, *, param: str) -> str:
-    """Message content (a string or a list of text parts) as one string; images are a clear 400."""
+_MEDIA_PARTS = ("image_url", "image", "input_image", "input_audio", "input_file", "file", "document")
+
+
+def media_omitted(kind: str) -> str:
+    """What the model reads in place of an image (or audio, or file) it cannot see."""
+    return f"[{kind} omitted: this model reads text only]"
+
+
+def text_of(content: Any, *, param: str, media: Literal["refuse", "note"] = "refuse") -> str:
+    """Message content (a string or a list of text parts) as one string.
+
+    Media the model cannot read is a clear 400 (`refuse`) or, in earlier turns and tool
+    results, a note in its place (`note`), so one screenshot does not break a whole session.
+    Part types newer than this server are skipped.
+    """
     if content is None:
         return ""
     if isinstance(content, str):
         return content
+    if not isinstance(content, list):
+        raise bad_request("Message content must be a string or a list of content parts.", param=param)
     parts: list[str] = []
     for part in content:
-        kind = part.get("type")
+        kind = part.get("type") if isinstance(part, dict) else None
         if kind in ("text", "input_text", "output_text"):
             parts.append(str(part.get("text", "")))
-        elif kind in ("image_url", "image", "input_image", "input_audio", "file", "document"):
+        elif kind in _MEDIA_PARTS and media == "refuse":
             raise bad_request(f"This model reads text only; {kind} content is not supported.", param=param)
+        elif kind in _MEDIA_PARTS:
+            parts.append(media_omitted(str(kind)))
         else:
-            raise bad_request(f"Unknown content part type {kind!r}.", param=param)
+            log.debug("skipping a content part of type %r in %s", kind, param)
     return "".join(parts)
 
 
@@ -118,7 +138,9 @@ def normalize_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         role = message["role"]
         if role == "developer":
             role = "system"
-        item: dict[str, Any] = {"role": role, "content": text_of(message.get("content"), param=f"messages.{i}")}
+        asked_now = i == len(messages) - 1 and role == "user"
+        content = text_of(message.get("content"), param=f"messages.{i}", media="refuse" if asked_now else "note")
+        item: dict[str, Any] = {"role": role, "content": content}
         if role == "assistant" and message.get("tool_calls"):
             calls = []
             for j, call in enumerate(message["tool_calls"]):

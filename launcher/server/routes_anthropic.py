@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -10,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from launcher.engines.base import Constraint
 from launcher.server.chat import (
     ChatDone,
     ChatOptions,
@@ -17,6 +19,7 @@ from launcher.server.chat import (
     ReasoningDelta,
     TextDelta,
     ToolCallDelta,
+    media_omitted,
     normalize_history,
     render_prompt,
     start_chat,
@@ -34,28 +37,38 @@ from launcher.server.schemas_anthropic import (
     ContentBlock,
     CountTokensRequest,
     MessagesRequest,
+    TextBlockParam,
     Tool,
     ToolChoice,
 )
 from launcher.server.sse import EventStream, KeepAlive, named_event, with_keepalives
 
+log = logging.getLogger(__name__)
+
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 PING = named_event("ping", {"type": "ping"})  # Anthropic's own keep-alive event
 
 
+_BILLING_HEADER = "x-anthropic-billing-header:"
+_MEDIA_BLOCKS = ("image", "document")
+
+
 def _block_text(content: str | list[dict[str, Any]] | None) -> str:
+    """A tool result's content as text; images and documents in it become a note (the agent
+    read a picture, say), so one of them does not break every later request of the session."""
     if content is None or isinstance(content, str):
         return content or ""
     parts = []
     for part in content:
-        if part.get("type") == "text":
+        kind = part.get("type")
+        if kind == "text":
             parts.append(str(part.get("text", "")))
-        elif part.get("type") in ("image", "document"):
-            raise bad_request(f"This model reads text only; {part.get('type')} blocks are not supported.")
+        elif kind in _MEDIA_BLOCKS:
+            parts.append(media_omitted(str(kind)))
     return "".join(parts)
 
 
-def _convert_message(role: str, content: str | list[ContentBlock], index: int) -> list[dict[str, Any]]:
+def _convert_message(role: str, content: str | list[ContentBlock], index: int, *, last: bool) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     out: list[dict[str, Any]] = []
@@ -65,8 +78,6 @@ def _convert_message(role: str, content: str | list[ContentBlock], index: int) -
         where = f"messages.{index}.content.{j}"
         if block.type == "text":
             texts.append(block.text or "")
-        elif block.type in ("thinking", "redacted_thinking"):
-            continue  # earlier reasoning is not replayed to the model
         elif block.type == "tool_use":
             if role != "assistant" or not block.name or not block.id:
                 raise bad_request("tool_use blocks belong to assistant turns and need id and name.", param=where)
@@ -80,10 +91,14 @@ def _convert_message(role: str, content: str | list[ContentBlock], index: int) -
             if block.is_error:
                 result = f"Error: {result}"
             out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": result})
-        elif block.type in ("image", "document"):
-            raise bad_request(f"This model reads text only; {block.type} blocks are not supported.", param=where)
+        elif block.type in _MEDIA_BLOCKS:
+            if last and role == "user":  # the user is asking about it now: say plainly that it cannot be read
+                raise bad_request(f"This model reads text only; {block.type} blocks are not supported.", param=where)
+            texts.append(media_omitted(block.type))
         else:
-            raise bad_request(f"Unsupported content block type {block.type!r}.", param=where)
+            # thinking (not replayed to the model), server tool blocks, and block types newer than
+            # this server: nothing the model can read.
+            log.debug("skipping a %s block in messages.%d", block.type, index)
     if texts or calls:
         message: dict[str, Any] = {"role": role, "content": "".join(texts)}
         if calls:
@@ -95,12 +110,11 @@ def _convert_message(role: str, content: str | list[ContentBlock], index: int) -
 def _tools(tools: list[Tool] | None) -> list[dict[str, Any]]:
     out = []
     for tool in tools or []:
-        if tool.type not in (None, "custom") or tool.input_schema is None:
-            raise bad_request(
-                f"Tool {tool.name!r} is a server tool ({tool.type}); only client tools with "
-                "input_schema are supported.",
-                param="tools",
-            )
+        if tool.input_schema is None or tool.defer_loading:
+            # Server tools (web_search, code_execution...) run at Anthropic, and deferred tools are
+            # loaded only through tool search; neither is a tool this model can call now.
+            log.debug("skipping tool %r (type %s, deferred %s)", tool.name, tool.type, tool.defer_loading)
+            continue
         out.append(
             {
                 "type": "function",
@@ -110,35 +124,60 @@ def _tools(tools: list[Tool] | None) -> list[dict[str, Any]]:
     return out
 
 
-def _tool_choice(choice: ToolChoice | None, has_tools: bool) -> str:
-    if choice is None:
-        return "auto" if has_tools else "none"
+def _tool_choice(choice: ToolChoice | None, tools: list[dict[str, Any]]) -> str:
+    if choice is None or not tools:
+        return "auto" if tools else "none"
     if choice.type == "tool":
         if not choice.name:
             raise bad_request("tool_choice type 'tool' needs a name.", param="tool_choice")
+        if not any(t["function"]["name"] == choice.name for t in tools):
+            raise bad_request(f"tool_choice names {choice.name!r}, which is not in tools.", param="tool_choice")
         return choice.name
-    return {"auto": "auto", "any": "required", "none": "none"}[choice.type]
+    return {"any": "required", "none": "none"}.get(choice.type, "auto")
+
+
+def _system_text(system: str | list[TextBlockParam] | None) -> str:
+    """The system prompt, without Claude Code's billing header line: it is addressed to Anthropic's
+    billing, not to the model, and it changes from turn to turn, which would defeat prefix caching."""
+    if system is None or isinstance(system, str):
+        return system or ""
+    texts = [b.text for b in system if b.type == "text" and not b.text.startswith(_BILLING_HEADER)]
+    return "\n\n".join(texts)
 
 
 def _messages(body: MessagesRequest | CountTokensRequest) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
-    if body.system:
-        system = body.system if isinstance(body.system, str) else "\n\n".join(b.text for b in body.system)
+    system = _system_text(body.system)
+    if system:
         messages.append({"role": "system", "content": system})
     for i, message in enumerate(body.messages):
-        messages.extend(_convert_message(message.role, message.content, i))
+        content = message.content
+        if message.role == "system":  # a mid-conversation system message: its text blocks only
+            if not isinstance(content, str):
+                content = "".join(b.text or "" for b in content if b.type == "text")
+            messages.append({"role": "system", "content": content})
+            continue
+        messages.extend(_convert_message(message.role, content, i, last=i == len(body.messages) - 1))
     return normalize_history(messages)
+
+
+def _output_constraint(body: MessagesRequest) -> Constraint | None:
+    output_format = body.output_config.format if body.output_config else None
+    if output_format is None or output_format.type != "json_schema":
+        return None
+    if output_format.schema_ is None:
+        raise bad_request("output_config.format json_schema needs schema.", param="output_config.format.schema")
+    return Constraint(kind="json_schema", schema=output_format.schema_)
 
 
 def _options(body: MessagesRequest | CountTokensRequest) -> ChatOptions:
     tools = _tools(body.tools)
-    options = ChatOptions(
-        messages=_messages(body), tools=tools, tool_choice=_tool_choice(body.tool_choice, bool(tools))
-    )
+    options = ChatOptions(messages=_messages(body), tools=tools, tool_choice=_tool_choice(body.tool_choice, tools))
     if isinstance(body, MessagesRequest):
         options.max_tokens = body.max_tokens
         options.sampling = sampling_from(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k)
         options.stops = stops_from(body.stop_sequences, param="stop_sequences")
+        options.response_format = _output_constraint(body)
     return options
 
 

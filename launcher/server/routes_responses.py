@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -21,6 +22,7 @@ from launcher.server.chat import (
     ToolCallDelta,
     normalize_history,
     start_chat,
+    text_of,
 )
 from launcher.server.errors import ApiError, bad_request
 from launcher.server.generation import Usage
@@ -31,6 +33,19 @@ from launcher.server.sse import EventStream, KeepAlive, named_event, with_keepal
 log = logging.getLogger(__name__)
 
 
+def _assistant_call(messages: list[dict[str, Any]], call: dict[str, Any]) -> None:
+    """Add a call to the assistant turn it belongs to (consecutive call items are one turn)."""
+    last = messages[-1] if messages else None
+    if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+        last["tool_calls"].append(call)
+    else:
+        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+
+
+def _call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
 def _input_messages(body: ResponsesRequest) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     if body.instructions:
@@ -39,40 +54,35 @@ def _input_messages(body: ResponsesRequest) -> list[dict[str, Any]]:
         messages.append({"role": "user", "content": body.input})
         return messages
     for i, item in enumerate(body.input):
+        if not isinstance(item, dict):
+            raise bad_request("Each input item must be an object.", param=f"input.{i}")
         kind = item.get("type", "message")
         if kind == "message" or (kind is None and "role" in item):
             role = item.get("role")
             if role not in ("user", "assistant", "system", "developer"):
                 raise bad_request(f"Unsupported message role {role!r}.", param=f"input.{i}.role")
             messages.append({"role": role, "content": item.get("content")})
-        elif kind == "function_call":
+        elif kind in ("function_call", "custom_tool_call"):
             if not item.get("name") or not item.get("call_id"):
-                raise bad_request("function_call items need name and call_id.", param=f"input.{i}")
-            call = {
-                "id": item["call_id"],
-                "type": "function",
-                "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"},
-            }
-            last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant" and "tool_calls" in last:
-                last["tool_calls"].append(call)
-            else:
-                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        elif kind == "function_call_output":
+                raise bad_request(f"{kind} items need name and call_id.", param=f"input.{i}")
+            arguments = item.get("arguments") or "{}"
+            if kind == "custom_tool_call":  # a freeform tool (Codex's apply_patch): its text input
+                arguments = json.dumps({"input": item.get("input", "")}, ensure_ascii=False)
+            _assistant_call(messages, _call(item["call_id"], item["name"], arguments))
+        elif kind == "local_shell_call":
+            action = item.get("action") or {}
+            arguments = json.dumps({"command": action.get("command", [])}, ensure_ascii=False)
+            _assistant_call(messages, _call(str(item.get("call_id") or item.get("id")), "local_shell", arguments))
+        elif kind in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
             output = item.get("output")
-            text = output if isinstance(output, str) else _parts_text(output)
-            messages.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": text})
-        elif kind == "reasoning":
-            continue
+            text = output if isinstance(output, str) else text_of(output, param=f"input.{i}.output", media="note")
+            call_id = item.get("call_id") or item.get("id")
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
         else:
-            raise bad_request(f"Unsupported input item type {kind!r}.", param=f"input.{i}.type")
+            # reasoning (not replayed to the model), web search calls, compaction markers and item
+            # types newer than this server: nothing the model can read.
+            log.debug("skipping a %r input item (input.%d)", kind, i)
     return messages
-
-
-def _parts_text(parts: Any) -> str:
-    if not isinstance(parts, list):
-        return "" if parts is None else str(parts)
-    return "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
 
 
 def _options(body: ResponsesRequest) -> ChatOptions:
@@ -84,7 +94,9 @@ def _options(body: ResponsesRequest) -> ChatOptions:
     tools: list[dict[str, Any]] = []
     for tool in body.tools or []:
         if tool.type != "function" or not tool.name:
-            log.info("ignoring non-function tool %r in a Responses request", tool.type)
+            # Hosted tools (web_search, file_search...), namespaces of tools the agent's
+            # sub-systems offer, freeform `custom` tools: nothing this model is taught to call.
+            log.debug("skipping a %r tool in a Responses request", tool.type)
             continue
         tools.append(
             {
@@ -99,12 +111,11 @@ def _options(body: ResponsesRequest) -> ChatOptions:
     choice: str = "auto" if tools else "none"
     if isinstance(body.tool_choice, str):
         choice = body.tool_choice
-    elif isinstance(body.tool_choice, dict):
-        if body.tool_choice.get("type") != "function" or not body.tool_choice.get("name"):
-            raise bad_request(
-                "tool_choice must be auto, none, required or {type: function, name}.", param="tool_choice"
-            )
+    elif isinstance(body.tool_choice, dict) and body.tool_choice.get("type") == "function":
+        if not body.tool_choice.get("name"):
+            raise bad_request("tool_choice {type: function} needs a name.", param="tool_choice")
         choice = body.tool_choice["name"]
+    # Other tool_choice objects name hosted or allowed-tool sets: "auto" over the function tools.
     if choice not in ("auto", "none", "required") and not any(t["function"]["name"] == choice for t in tools):
         raise bad_request(f"tool_choice {choice!r} is not one of the function tools.", param="tool_choice")
     constraint = None

@@ -26,34 +26,48 @@ class ContentBlock(_Lenient):
 
 
 class Message(_Lenient):
-    """One turn of the conversation."""
+    """One turn of the conversation; `system` is a mid-conversation system message (Claude Code sends them)."""
 
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]
     content: str | list[ContentBlock]
 
 
 class Tool(_Lenient):
-    """A client tool (server tools like web_search have a `type` and no schema; they are rejected)."""
+    """A tool: client tools have an input_schema; server tools (web_search...) only a `type` and are skipped."""
 
     name: str = Field(min_length=1)
     description: str | None = None
     input_schema: dict[str, Any] | None = None
     type: str | None = None
+    defer_loading: bool | None = None
 
 
 class ToolChoice(_Lenient):
-    """`tool_choice`: auto, any, tool (with name), none."""
+    """`tool_choice`: auto, any, tool (with name), none; a newer type is read as auto."""
 
-    type: Literal["auto", "any", "tool", "none"]
+    type: str
     name: str | None = None
     disable_parallel_tool_use: bool | None = None
 
 
 class TextBlockParam(_Lenient):
-    """A system prompt block."""
+    """A system prompt block (text; other kinds, such as tool_addition, are skipped)."""
 
-    type: Literal["text"] = "text"
-    text: str
+    type: str = "text"
+    text: str = ""
+
+
+class OutputFormat(_Lenient):
+    """`output_config.format`: structured output as a JSON schema."""
+
+    type: str
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+
+
+class OutputConfig(_Lenient):
+    """`output_config` (effort and the like are accepted and ignored)."""
+
+    format: OutputFormat | None = None
 
 
 class MessagesRequest(_Lenient):
@@ -71,6 +85,7 @@ class MessagesRequest(_Lenient):
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
     metadata: dict[str, Any] | None = None
+    output_config: OutputConfig | None = None
 
 
 class CountTokensRequest(_Lenient):

@@ -230,17 +230,48 @@ def _mistral_call_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return messages
 
 
+def fold_system_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One leading system message at most; later ones folded into the user's side of the conversation.
+
+    Agents send instructions mid-conversation (Claude Code's `role: "system"` messages, Codex's
+    later developer messages) while chat templates take a system prompt only first, or drop the
+    rest. A later one joins the user turn before it (or becomes a user turn of its own), so it
+    stays where the agent put it and the earlier turns, hence the cached prefix, do not change.
+    """
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        message = dict(message)
+        if message["role"] != "system":
+            out.append(message)
+            continue
+        text = message.get("content") or ""
+        if not out or (len(out) == 1 and out[0]["role"] == "system"):
+            if out:
+                out[0]["content"] = f"{out[0]['content']}\n\n{text}".strip("\n")
+            else:
+                out.append(message)
+            continue
+        folded = f"<system>\n{text}\n</system>"
+        last = out[-1]
+        if last["role"] == "user" and not last.get("tool_calls"):
+            last["content"] = f"{last['content']}\n\n{folded}" if last.get("content") else folded
+        else:
+            out.append({"role": "user", "content": folded})
+    return out
+
+
 def prepare_messages(
     template: ChatTemplate, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
 ) -> list[dict[str, Any]]:
     """Adapt the conversation to what the template can take.
 
+    System messages after the first turn are folded into user turns (`fold_system_messages`).
     Templates without tool support get tool definitions in the system prompt, tool calls as
     `<tool_call>` text and tool results as user turns; templates without a system role get the
     system text at the top of the first user turn. Consecutive same-role turns are merged so
     strict templates (user/assistant must alternate) accept them.
     """
-    out: list[dict[str, Any]] = [dict(m) for m in messages]
+    out = fold_system_messages(messages)
     if template.supports_tools:
         return _mistral_call_ids(out) if template.tool_format == "mistral" else out
     system_parts = [m["content"] or "" for m in out if m["role"] == "system"]

@@ -8,6 +8,7 @@ import pytest
 
 from launcher.core.errors import ModelFormatError
 from launcher.server.templates import TemplateError, load_template
+from tests.fixtures.models import TINY_CHAT_TEMPLATE
 from tests.server.fake_model import fake_info
 
 WEATHER_TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
@@ -102,3 +103,34 @@ def test_mistral_templates_get_nine_character_call_ids() -> None:
     text = template.render(history, [WEATHER_TOOL])
     call_id = text.split("[TOOL_CALLS]")[1][:9]
     assert call_id.isalnum() and f"[TOOL_RESULTS]{call_id}" in text
+
+
+def test_a_system_message_mid_conversation_joins_the_user_turn_before_it() -> None:
+    """Claude Code sends its environment as a `system` message after the user's prompt."""
+    template = load_template(fake_info(chat_template=TINY_CHAT_TEMPLATE))  # shows only messages[0] as system
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Reply with hello"},
+        {"role": "system", "content": "# Environment\ncwd: /work"},
+    ]
+    text = template.render(history)
+    assert text.startswith("<|im_start|>system\nYou are an agent.\n\nBe brief.<|im_end|>")
+    assert "<|im_start|>user\nReply with hello\n\n<system>\n# Environment\ncwd: /work\n</system><|im_end|>" in text
+    later = template.render([*history, {"role": "assistant", "content": "hello"}, {"role": "user", "content": "bye"}])
+    assert later.startswith(text.removesuffix("<|im_start|>assistant\n")), "an earlier turn changed: cache lost"
+
+
+def test_a_system_message_after_the_assistant_becomes_a_user_turn() -> None:
+    gemma = load_template(fake_info(chat_template=None, architecture="gemma3", bos_token="<bos>", eos_token="<eos>"))
+    text = gemma.render(
+        [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello"},
+            {"role": "system", "content": "Now answer in French."},
+        ]
+    )
+    assert text.endswith(
+        "<start_of_turn>model\nHello<end_of_turn>\n"
+        "<start_of_turn>user\n<system>\nNow answer in French.\n</system><end_of_turn>\n<start_of_turn>model\n"
+    )
