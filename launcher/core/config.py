@@ -33,7 +33,18 @@ class ServeConfig(BaseModel):
     port: int = Field(DEFAULT_PORT, ge=0, le=65535, description="port (0 picks a free one)")
     api_key: str | None = Field(None, description="require this key (Bearer or x-api-key)")
     cors_origins: list[str] = Field(default_factory=list, description="allowed CORS origins (off when empty)")
-    alias: str | None = Field(None, description="model id clients use (default: the model's name)")
+    alias: list[str] = Field(
+        default_factory=list,
+        description=(
+            "NAME (the model id clients see; default: the model's name) or NAME=MODEL (requests for NAME, "
+            "which may use * wildcards, go to MODEL); repeatable. Unmapped names such as claude-* and gpt-* "
+            "are answered by the served model"
+        ),
+    )
+    max_output_tokens: int | None = Field(
+        None, ge=1, description="cap on the tokens of every reply, whatever the client asks (small models ramble)"
+    )
+    log_requests: bool = Field(True, description="one log line per request (status, model, tokens, timings)")
     max_queue: int = Field(64, ge=0, description="requests waiting beyond `parallel` before 429")
     kv_cache_type: Literal["f16", "q8_0", "q4_0"] = Field("f16", description="KV cache element type")
     prefix_cache_tokens: int | None = Field(
@@ -48,6 +59,31 @@ class ServeConfig(BaseModel):
         le=60_000,
         description="llama.cpp: about how long running streams pause per step while a new prompt is read",
     )
+
+    @field_validator("alias", mode="before")
+    @classmethod
+    def _alias_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value  # `alias = "name"` in a settings file
+
+    @field_validator("alias")
+    @classmethod
+    def _aliases_are_names(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            name, _, target = entry.partition("=")
+            if not name.strip() or ("=" in entry and not target.strip()):
+                raise ValueError(f"alias {entry!r} is neither NAME nor NAME=MODEL")
+        return [entry.strip() for entry in value]
+
+    @property
+    def served_name(self) -> str | None:
+        """The id clients see for the served model (the first plain NAME alias), if one is set."""
+        return next((entry for entry in self.alias if "=" not in entry), None)
+
+    @property
+    def alias_map(self) -> dict[str, str]:
+        """NAME (or pattern) -> MODEL, from the NAME=MODEL aliases."""
+        pairs = (entry.partition("=") for entry in self.alias if "=" in entry)
+        return {name.strip(): target.strip() for name, _, target in pairs}
 
     @field_validator("host")
     @classmethod

@@ -14,17 +14,15 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from launcher.core.config import ServeConfig
 from launcher.engines.base import LoadedModel
 from launcher.server import routes_anthropic, routes_openai, routes_responses
 from launcher.server.errors import install_error_handlers
 from launcher.server.metrics import CONTENT_TYPE
+from launcher.server.request_log import RequestObserver
 from launcher.server.security import SecurityMiddleware, allowed_hosts_for
 from launcher.server.state import ModelLoader, ServerState
-
-_COUNTED_PREFIXES = ("/v1/", "/health", "/metrics")
 
 
 async def health(request: Request) -> Response:
@@ -43,32 +41,14 @@ async def metrics(request: Request) -> Response:
     return Response(state.metrics.render(), media_type=CONTENT_TYPE)
 
 
-class RequestCounter:
-    """Counts requests by endpoint and status for launcher_requests_total."""
-
-    def __init__(self, app: ASGIApp, state: ServerState) -> None:
-        self.app = app
-        self.state = state
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Pass through, noting the response status."""
-        path = scope.get("path", "")
-        if scope["type"] != "http" or not path.startswith(_COUNTED_PREFIXES):
-            await self.app(scope, receive, send)
-            return
-        status = 500
-
-        async def noting_send(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
-        try:
-            await self.app(scope, receive, noting_send)
-        finally:
-            endpoint = path if not path.startswith("/v1/models/") else "/v1/models/{id}"
-            self.state.metrics.requests.labels(endpoint=endpoint, status=str(status)).inc()
+def _unprefixed(routes: list[Route]) -> list[Route]:
+    """The same routes without `/v1`: llama-server answers both, and a base URL missing its `/v1`
+    is the most common misconfiguration of an agent."""
+    return [
+        Route(route.path.removeprefix("/v1"), route.endpoint, methods=sorted(route.methods or ()))
+        for route in routes
+        if route.path.startswith("/v1/")
+    ]
 
 
 def create_app(
@@ -101,14 +81,19 @@ def create_app(
             if state.loaded.is_set():
                 state.close()
 
+    api_routes = [*routes_openai.ROUTES, *routes_responses.ROUTES, *routes_anthropic.ROUTES]
     routes = [
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
-        *routes_openai.ROUTES,
-        *routes_responses.ROUTES,
-        *routes_anthropic.ROUTES,
+        *api_routes,
+        *_unprefixed(api_routes),
     ]
-    middleware = [Middleware(RequestCounter, state=state)]
+    endpoints = {route.path: route.path for route in routes} | {
+        route.path.removeprefix("/v1"): route.path for route in api_routes
+    }
+    middleware = [
+        Middleware(RequestObserver, metrics=state.metrics, endpoints=endpoints, log_requests=config.log_requests)
+    ]
     if config.cors_origins:
         middleware.append(
             Middleware(

@@ -283,7 +283,7 @@ async def start_chat(state: ServerState, options: ChatOptions) -> ChatRun:
         model,
         state.metrics,
         prompt,
-        max_tokens=options.max_tokens,
+        max_tokens=state.output_limit(options.max_tokens),
         sampling=options.sampling,
         constraint=constraint,
         stops=options.stops,

@@ -64,7 +64,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             )
         elif is_list:
             parser.add_argument(
-                flag, dest=name, type=_comma_list, default=argparse.SUPPRESS, help=help_text + " (comma-separated)"
+                flag,
+                dest=name,
+                type=_comma_list,
+                action="extend",
+                default=argparse.SUPPRESS,
+                help=help_text + " (comma-separated, or repeat the flag)",
             )
         else:
             parser.add_argument(flag, dest=name, type=kind, choices=choices, default=argparse.SUPPRESS, help=help_text)

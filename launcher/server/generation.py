@@ -31,6 +31,7 @@ from launcher.engines.base import (
 )
 from launcher.server.errors import ApiError, bad_request
 from launcher.server.metrics import ServerMetrics
+from launcher.server.request_log import current_request
 
 FinishReason = Literal["stop", "length", "cancelled", "error"]
 
@@ -104,15 +105,22 @@ class Generation:
         self._last_token_at: float | None = None
         self._completion_tokens = 0
         self._closed = False
+        self._record = current_request()  # the request log line this generation fills in
+        if self._record is not None:
+            self._record.prompt_tokens = prompt_tokens
 
     def _observe(self, event: GenerationEvent) -> None:
         count = len(event.token_ids)
         if not count:
             return
         now = time.monotonic()
+        if self._record is not None:
+            self._record.generated_tokens += count
         if self._last_token_at is None:
             ttft = now - self._started
             self._metrics.ttft.observe(ttft)
+            if self._record is not None:
+                self._record.ttft_s = ttft
             self._metrics.prefill_rate.add(max(self.prompt_tokens - event.cached_prompt_tokens, 0), now)
         else:
             self._metrics.inter_token.observe((now - self._last_token_at) / count)
@@ -138,6 +146,8 @@ class Generation:
         async for event in self._events():
             self._observe(event)
             cached = max(cached, event.cached_prompt_tokens)
+            if self._record is not None:
+                self._record.cached_tokens = cached
             pending += event.text
             pending_logprobs.extend(event.logprobs)
             if self._stops:

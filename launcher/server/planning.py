@@ -76,8 +76,8 @@ def _engine_status(machine: Machine) -> dict[str, str | None]:
 def plan(config: ServeConfig, machine: Machine | None = None) -> ServeSetup:
     """Resolve the model and let the advisor choose what the user left open (`machine`: probed if None)."""
     model = resolve(config.model)
-    if config.alias:
-        model = replace(model, name=config.alias)
+    if config.served_name:
+        model = replace(model, name=config.served_name)
     from launcher.advisor import plan_local
     from launcher.catalog.gguf_meta import read_gguf_metadata
     from launcher.hardware.probe import probe_machine

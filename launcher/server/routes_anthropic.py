@@ -200,11 +200,12 @@ async def messages(request: Request) -> Any:
     """POST /v1/messages (streaming and not)."""
     state = state_of(request)
     body = await parse_body(request, MessagesRequest)
+    served = state.resolve_model(body.model)
     options = _options(body)
     message_id = new_id("msg_")
     options.request_id = message_id
     run = await start_chat(state, options)
-    model_id = body.model or state.model_id
+    model_id = body.model or served  # Anthropic's API names the model that was asked for
     if body.stream:
         return EventStream(_stream(run, message_id, model_id, state.keepalive_s), run.aclose)
     content: list[dict[str, Any]] = []

@@ -54,7 +54,7 @@ def usage_json(usage: Usage) -> dict[str, Any]:
 
 
 def model_card(state: ServerState) -> dict[str, Any]:
-    """One /v1/models entry."""
+    """The served model's /v1/models entry."""
     model, _ = state.require_model()
     info = model.info
     return {
@@ -64,6 +64,7 @@ def model_card(state: ServerState) -> dict[str, Any]:
         "owned_by": "launcher",
         "context_length": info.context_length,
         "max_model_len": info.context_length,
+        "max_output_tokens": state.config.max_output_tokens,
         "engine": state.engine_name or info.engine,
         "engine_reason": state.engine_reason,
         "engine_version": info.engine_version,
@@ -75,19 +76,26 @@ def model_card(state: ServerState) -> dict[str, Any]:
     }
 
 
+def alias_cards(state: ServerState) -> list[dict[str, Any]]:
+    """One entry per NAME=MODEL alias (a name may be a * pattern), pointing at the model it serves."""
+    card = model_card(state)
+    return [{**card, "id": name, "alias_for": card["id"]} for name in state.config.alias_map]
+
+
 async def list_models(request: Request) -> Response:
-    """GET /v1/models: the served model (never waits on generation)."""
+    """GET /v1/models: the served model first, then its aliases (never waits on generation)."""
     state = state_of(request)
-    return JSONResponse({"object": "list", "data": [model_card(state)]})
+    return JSONResponse({"object": "list", "data": [model_card(state), *alias_cards(state)]})
 
 
 async def get_model(request: Request) -> Response:
-    """GET /v1/models/{id}."""
+    """GET /v1/models/{id}: the served model or one of its aliases."""
     state = state_of(request)
-    card = model_card(state)
-    if request.path_params["model_id"] != card["id"]:
-        raise ApiError(404, f"Model {request.path_params['model_id']!r} is not served here; use {card['id']!r}.")
-    return JSONResponse(card)
+    wanted = request.path_params["model_id"]
+    for card in (model_card(state), *alias_cards(state)):
+        if card["id"] == wanted:
+            return JSONResponse(card)
+    raise ApiError(404, f"Model {wanted!r} is not served here; use {state.model_id!r}.")
 
 
 def response_format_constraint(fmt: ResponseFormat | None) -> Constraint | None:
@@ -154,12 +162,12 @@ async def chat_completions(request: Request) -> Any:
     """POST /v1/chat/completions (streaming and not)."""
     state = state_of(request)
     body = await parse_body(request, ChatCompletionRequest)
+    model_id = state.resolve_model(body.model)
     options = chat_options(body)
     completion_id = new_id("chatcmpl-")
     options.request_id = completion_id
     run = await start_chat(state, options)
     created = int(time.time())
-    model_id = state.model_id
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         stream = _chat_stream(run, completion_id, created, model_id, include_usage, body.logprobs, state.keepalive_s)
@@ -286,6 +294,7 @@ async def completions(request: Request) -> Any:
     state = state_of(request)
     body = await parse_body(request, CompletionRequest)
     model, _ = state.require_model()
+    model_id = state.resolve_model(body.model)
     if isinstance(body.prompt, list) and body.prompt and isinstance(body.prompt[0], str):
         if len(body.prompt) != 1:
             raise bad_request("Only one prompt per request is supported.", param="prompt")
@@ -298,7 +307,7 @@ async def completions(request: Request) -> Any:
         model,
         state.metrics,
         tokens,
-        max_tokens=body.max_tokens,
+        max_tokens=state.output_limit(body.max_tokens),
         sampling=sampling_from(**_sampling_fields(body)),
         stops=stops_from(body.stop),
         logprobs=body.logprobs,
@@ -313,7 +322,7 @@ async def completions(request: Request) -> Any:
             "id": completion_id,
             "object": "text_completion",
             "created": created,
-            "model": state.model_id,
+            "model": model_id,
             "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
         }
         if usage is not None:
@@ -360,6 +369,7 @@ async def embeddings(request: Request) -> Response:
     state = state_of(request)
     body = await parse_body(request, EmbeddingRequest)
     model, _ = state.require_model()
+    model_id = state.resolve_model(body.model)
     if not model.info.can_embed:
         raise bad_request(
             f"The model {state.model_id!r} cannot make embeddings; serve an embedding model.",
@@ -384,7 +394,7 @@ async def embeddings(request: Request) -> Response:
         {
             "object": "list",
             "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
-            "model": state.model_id,
+            "model": model_id,
             "usage": {"prompt_tokens": total, "total_tokens": total},
         }
     )

@@ -209,11 +209,12 @@ async def responses(request: Request) -> Any:
     """POST /v1/responses (streaming and not)."""
     state = state_of(request)
     body = await parse_body(request, ResponsesRequest)
+    served = state.resolve_model(body.model)
     options = _options(body)
     response_id = new_id("resp_")
     options.request_id = response_id
     run = await start_chat(state, options)
-    builder = _ResponseBuilder(body, response_id, body.model or state.model_id)
+    builder = _ResponseBuilder(body, response_id, body.model or served)
     if body.stream:
         return EventStream(_stream(run, builder, state.keepalive_s), run.aclose)
     text = ""

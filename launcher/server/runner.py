@@ -70,6 +70,8 @@ def serve(config: ServeConfig) -> int:
             file=sys.stderr,
             flush=True,
         )
+    if config.log_requests:  # the request log shows at the default WARNING level too, as llama-server's does
+        logging.getLogger("launcher.requests").setLevel(logging.INFO)
     setup = plan(config)
     config = setup.config
     engine = registry.get(setup.engine)

@@ -6,22 +6,31 @@ routes ask `require_model()`, which answers 503 until the load is done.
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from launcher.core.config import ServeConfig
-from launcher.core.errors import LauncherError
+from launcher.core.errors import ConfigError, LauncherError
 from launcher.engines.base import EngineStats, LoadedModel
 from launcher.server.errors import ApiError
 from launcher.server.metrics import ServerMetrics
+from launcher.server.request_log import current_request
 from launcher.server.sse import KEEPALIVE_INTERVAL_S
 from launcher.server.templates import ChatTemplate, load_template
 
 log = logging.getLogger(__name__)
 
 ModelLoader = Callable[[], LoadedModel]
+
+
+def alias_target(aliases: dict[str, str], name: str) -> str | None:
+    """The MODEL an alias maps `name` to (exact names before * patterns), or None."""
+    if name in aliases:
+        return aliases[name]
+    return next((target for pattern, target in aliases.items() if fnmatch.fnmatchcase(name, pattern)), None)
 
 
 @dataclass
@@ -45,8 +54,18 @@ class ServerState:
         return self.model.stats() if self.model is not None else None
 
     def attach(self, model: LoadedModel) -> None:
-        """Make a loaded model servable (compiles its chat template; a bad one fails the load)."""
+        """Make a loaded model servable (compiles its chat template; a bad one fails the load).
+
+        An alias to a model this server does not serve fails the start, not every request.
+        """
         self.template = load_template(model.info)
+        served_id = self.config.served_name or model.info.id
+        for name, target in self.config.alias_map.items():
+            if target not in (served_id, model.info.id):
+                raise ConfigError(
+                    f"--alias {name}={target}: this server serves one model, {served_id!r}; an alias can only "
+                    "point at it."
+                )
         self.model = model
         if not self.engine_name:
             self.engine_name = model.info.engine
@@ -71,10 +90,38 @@ class ServerState:
 
     @property
     def model_id(self) -> str:
-        """The id clients use (the alias when one is set)."""
-        if self.config.alias:
-            return self.config.alias
+        """The id clients use (the NAME alias when one is set)."""
+        if self.config.served_name:
+            return self.config.served_name
         return self.model.info.id if self.model is not None else ""
+
+    def resolve_model(self, requested: str) -> str:
+        """The served model's id for a request's `model`.
+
+        Agents ask for the names they know (claude-sonnet-*, gpt-*): a single-model server answers
+        every name with its model, as llama-server does, unless `--alias NAME=MODEL` sends that
+        name elsewhere. An alias to a model this server does not serve is a 404 that says so.
+        """
+        model, _ = self.require_model()
+        target = alias_target(self.config.alias_map, requested)
+        if target is not None and target not in (self.model_id, model.info.id):
+            raise ApiError(
+                404,
+                f"The model {requested!r} is mapped to {target!r} (--alias), which this server does not serve; "
+                f"it serves {self.model_id!r}.",
+                code="model_not_found",
+            )
+        record = current_request()
+        if record is not None:
+            record.model, record.asked = self.model_id, requested
+        return self.model_id
+
+    def output_limit(self, requested: int | None) -> int | None:
+        """The reply's token limit: what the client asked for, within --max-output-tokens."""
+        cap = self.config.max_output_tokens
+        if cap is None:
+            return requested
+        return cap if requested is None else min(requested, cap)
 
     def require_model(self) -> tuple[LoadedModel, ChatTemplate]:
         """The model and template, or a 503 while loading / after a failed load."""

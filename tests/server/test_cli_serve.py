@@ -57,17 +57,24 @@ def test_flags_build_the_config() -> None:
         "0",
         "--alias",
         "coder",
+        "--alias",
+        "claude-haiku-*=coder,gpt-5=coder",
+        "--max-output-tokens",
+        "256",
     )
     assert config.model == "model.gguf" and config.context == 4096 and config.port == 0
-    assert config.cors_origins == ["http://a", "http://b"] and config.engine == "llamacpp" and config.alias == "coder"
+    assert config.cors_origins == ["http://a", "http://b"] and config.engine == "llamacpp"
+    assert config.served_name == "coder" and config.max_output_tokens == 256
+    assert config.alias_map == {"claude-haiku-*": "coder", "gpt-5": "coder"}
     assert ServeConfig.model_validate(config.model_dump()) == config
+    assert parse(*config.to_argv()) == config  # what the app passes to its server child
 
 
 def test_config_file_is_merged_and_flags_win(tmp_path: Path) -> None:
     path = tmp_path / "serve.toml"
     path.write_text('[serve]\nparallel = 2\nport = 9000\nalias = "from-file"\n')
     config = parse("--config", str(path), "--port", "9001")
-    assert config.parallel == 2 and config.port == 9001 and config.alias == "from-file"
+    assert config.parallel == 2 and config.port == 9001 and config.served_name == "from-file"
 
 
 def test_bad_values_are_rejected_before_starting(tmp_path: Path) -> None:
@@ -152,3 +159,24 @@ def test_non_loopback_bind_generates_and_requires_a_key(tiny_gguf: Path, tmp_pat
         assert httpx.get(f"{server.base_url}/models", headers={"Authorization": f"Bearer {key}"}).status_code == 200
     finally:
         server.stop()
+
+
+def test_the_log_has_one_line_per_request_naming_the_agent(tiny_gguf: Path, tmp_path: Path) -> None:
+    server = start_server(LLAMACPP, tiny_gguf, tmp_path, "--max-output-tokens", "5")
+    try:
+        headers = {"User-Agent": "claude-cli/2.1.332 (external, sdk-cli)", "anthropic-version": "2023-06-01"}
+        body = {"model": "claude-sonnet-4-5", "max_tokens": 32000, "messages": [{"role": "user", "content": "Hi"}]}
+        reply = httpx.post(f"{server.url}/v1/messages", json=body, headers=headers, timeout=60)
+        assert reply.status_code == 200 and reply.json()["usage"]["output_tokens"] <= 5
+        assert (
+            httpx.get(f"{server.url}/models", headers={"User-Agent": "codex_exec/0.171.0 (Debian)"}).status_code == 200
+        )
+        assert httpx.post(f"{server.url}/v1/nowhere", json={}).status_code == 404
+    finally:
+        server.stop()
+    lines = [line for line in server.stderr_path.read_text().splitlines() if "launcher.requests" in line]
+    assert len(lines) == 3, lines
+    assert "POST /v1/messages 200 claude-code/2.1.332 model=" in lines[0]
+    assert "asked=claude-sonnet-4-5" in lines[0] and "generated=5 " in lines[0] and "ttft=" in lines[0]
+    assert "GET /models 200 codex/0.171.0" in lines[1]
+    assert "POST /v1/nowhere 404" in lines[2]
