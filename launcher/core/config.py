@@ -42,9 +42,20 @@ class ServeConfig(BaseModel):
         ),
     )
     max_output_tokens: int | None = Field(
-        None, ge=1, description="cap on the tokens of every reply, whatever the client asks (small models ramble)"
+        None,
+        ge=1,
+        description=(
+            "cap on the tokens of every reply, whatever the client asks; a reply it ends finishes as a normal "
+            "stop, so agents do not ask to continue (small models ramble until the context is full)"
+        ),
     )
-    log_requests: bool = Field(True, description="one log line per request (status, model, tokens, timings)")
+    log_requests: Literal["off", "on", "replies"] = Field(
+        "on",
+        description=(
+            "one log line per request (status, agent, model, tokens, timings); `replies` adds the start of "
+            "what the model wrote, to see why an agent misbehaves"
+        ),
+    )
     max_queue: int = Field(64, ge=0, description="requests waiting beyond `parallel` before 429")
     kv_cache_type: Literal["f16", "q8_0", "q4_0"] = Field("f16", description="KV cache element type")
     prefix_cache_tokens: int | None = Field(

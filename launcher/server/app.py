@@ -91,9 +91,7 @@ def create_app(
     endpoints = {route.path: route.path for route in routes} | {
         route.path.removeprefix("/v1"): route.path for route in api_routes
     }
-    middleware = [
-        Middleware(RequestObserver, metrics=state.metrics, endpoints=endpoints, log_requests=config.log_requests)
-    ]
+    middleware = [Middleware(RequestObserver, metrics=state.metrics, endpoints=endpoints, mode=config.log_requests)]
     if config.cors_origins:
         middleware.append(
             Middleware(

@@ -95,8 +95,10 @@ class Generation:
         stops: list[str],
         metrics: ServerMetrics,
         started: float,
+        capped: bool = False,
     ) -> None:
         self.prompt_tokens = prompt_tokens
+        self._capped = capped  # the server's --max-output-tokens set the limit
         self._stream = stream
         self._first: asyncio.Future[GenerationEvent] | None = first  # the engine's first event, maybe pending
         self._stops = [s for s in stops if s]
@@ -150,6 +152,8 @@ class Generation:
                 self._record.cached_tokens = cached
             pending += event.text
             pending_logprobs.extend(event.logprobs)
+            if self._record is not None:
+                self._record.add_reply_text(event.text)
             if self._stops:
                 hits = [(pending.find(stop), stop) for stop in self._stops if stop in pending]
                 if hits:
@@ -162,7 +166,8 @@ class Generation:
             if event.finish_reason is not None:
                 if pending:
                     yield Chunk(pending, tuple(pending_logprobs))
-                yield Finish(event.finish_reason, self._usage(event, cached), error=event.error)
+                reason = "stop" if event.finish_reason == "length" and self._capped else event.finish_reason
+                yield Finish(reason, self._usage(event, cached), error=event.error)
                 await self.aclose()
                 return
             hold = _held_back(pending, self._stops) if self._stops else 0
@@ -209,6 +214,7 @@ async def start_generation(
     prompt_tokens: list[int],
     *,
     max_tokens: int | None,
+    output_cap: int | None = None,
     sampling: SamplingParams,
     constraint: Constraint | None = None,
     stops: list[str] | None = None,
@@ -216,7 +222,13 @@ async def start_generation(
     ignore_eos: bool = False,
     request_id: str = "",
 ) -> Generation:
-    """Start generating; raises ApiError 400 (prompt too long) or 429 (queue full) before any output."""
+    """Start generating; raises ApiError 400 (prompt too long) or 429 (queue full) before any output.
+
+    `output_cap` is the server's own limit (--max-output-tokens). A reply it ends finishes as
+    "stop", not "length": the client asked for more, and an agent told its reply was cut short
+    asks again to continue (Claude Code retries, then fails the turn), which a small model that
+    rambles would never satisfy.
+    """
     context = model.info.context_length
     count = len(prompt_tokens)
     if count == 0:
@@ -230,6 +242,9 @@ async def start_generation(
         )
     room = context - count
     limit = room if max_tokens is None else min(max_tokens, room)
+    capped = False
+    if output_cap is not None and output_cap < limit:
+        limit, capped = output_cap, True
     request = GenerationRequest(
         prompt_tokens=prompt_tokens,
         max_tokens=limit,
@@ -259,7 +274,9 @@ async def start_generation(
             await closer()
         raise ApiError(500, f"The engine failed: {first.result().error or 'unknown error'}")
     metrics.prompt_tokens.inc(count)
-    return Generation(stream, first, prompt_tokens=count, stops=stops or [], metrics=metrics, started=started)
+    return Generation(
+        stream, first, prompt_tokens=count, stops=stops or [], metrics=metrics, started=started, capped=capped
+    )
 
 
 async def _next_event(stream: AsyncIterator[GenerationEvent], prompt_tokens: int) -> GenerationEvent:

@@ -13,16 +13,21 @@ Status and endpoint labels are bounded: an unknown path counts as "other".
 from __future__ import annotations
 
 import contextvars
+import json
 import logging
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from launcher.server.metrics import ServerMetrics
 
 log = logging.getLogger("launcher.requests")
+
+LogMode = Literal["off", "on", "replies"]
+REPLY_PREVIEW_CHARS = 1000
 
 # Quiet endpoints the app polls every second: counted, never logged.
 _UNLOGGED = frozenset({"/health", "/metrics"})
@@ -65,6 +70,16 @@ class RequestRecord:
     cached_tokens: int = 0
     generated_tokens: int = 0
     ttft_s: float | None = None
+    keep_reply: bool = False
+    reply: list[str] = field(default_factory=list)  # the start of the generated text (`replies` mode)
+    reply_chars: int = 0
+
+    def add_reply_text(self, text: str) -> None:
+        """Keep the first REPLY_PREVIEW_CHARS of what the model writes (when asked to)."""
+        if self.keep_reply and self.reply_chars < REPLY_PREVIEW_CHARS and text:
+            piece = text[: REPLY_PREVIEW_CHARS - self.reply_chars]
+            self.reply.append(piece)
+            self.reply_chars += len(piece)
 
     def line(self, total_s: float) -> str:
         """The log line."""
@@ -86,6 +101,10 @@ class RequestRecord:
         parts.append(f"total={total_s:.2f}s")
         return " ".join(parts)
 
+    def reply_line(self) -> str:
+        """The reply preview, JSON-quoted so it stays on one line."""
+        return f"{self.method} {self.path} reply={json.dumps(''.join(self.reply), ensure_ascii=False)}"
+
 
 _current: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar("launcher_request", default=None)
 
@@ -99,12 +118,12 @@ class RequestObserver:
     """ASGI middleware: counts every request by endpoint and status, and logs one line per request."""
 
     def __init__(
-        self, app: ASGIApp, *, metrics: ServerMetrics, endpoints: dict[str, str], log_requests: bool = True
+        self, app: ASGIApp, *, metrics: ServerMetrics, endpoints: dict[str, str], mode: LogMode = "on"
     ) -> None:
         self.app = app
         self.metrics = metrics
         self.endpoints = endpoints  # path -> the endpoint label it counts under
-        self.log_requests = log_requests
+        self.mode = mode
 
     def endpoint_of(self, path: str) -> str:
         """The bounded label for `path`: its route, or "other"."""
@@ -125,6 +144,7 @@ class RequestObserver:
             path=scope.get("path", ""),
             client=client_name(headers.get(b"user-agent", b"").decode("latin-1")),
             status=500,
+            keep_reply=self.mode == "replies",
         )
         token = _current.set(record)
         started = time.monotonic()
@@ -140,5 +160,7 @@ class RequestObserver:
             _current.reset(token)
             endpoint = self.endpoint_of(record.path)
             self.metrics.requests.labels(endpoint=endpoint, status=str(record.status)).inc()
-            if self.log_requests and record.path not in _UNLOGGED:
+            if self.mode != "off" and record.path not in _UNLOGGED:
                 log.info("%s", record.line(time.monotonic() - started))
+                if record.keep_reply and record.prompt_tokens is not None:
+                    log.info("%s", record.reply_line())

@@ -70,7 +70,7 @@ def serve(config: ServeConfig) -> int:
             file=sys.stderr,
             flush=True,
         )
-    if config.log_requests:  # the request log shows at the default WARNING level too, as llama-server's does
+    if config.log_requests != "off":  # the request log shows at the default WARNING level too, as llama-server's
         logging.getLogger("launcher.requests").setLevel(logging.INFO)
     setup = plan(config)
     config = setup.config

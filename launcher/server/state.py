@@ -116,13 +116,6 @@ class ServerState:
             record.model, record.asked = self.model_id, requested
         return self.model_id
 
-    def output_limit(self, requested: int | None) -> int | None:
-        """The reply's token limit: what the client asked for, within --max-output-tokens."""
-        cap = self.config.max_output_tokens
-        if cap is None:
-            return requested
-        return cap if requested is None else min(requested, cap)
-
     def require_model(self) -> tuple[LoadedModel, ChatTemplate]:
         """The model and template, or a 503 while loading / after a failed load."""
         if self.model is not None and self.template is not None:

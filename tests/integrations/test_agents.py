@@ -21,8 +21,9 @@ def test_registry_has_the_six_agents_of_the_issue() -> None:
     for agent in AGENTS.values():
         assert agent.docs_url.startswith("https://")
         setup = agent.setup_for(LOCAL)
-        # The declared file is the one the writer touches (Cline: none).
-        assert [edit.relative_path for edit in setup.config_edits] == ([agent.config_file] if agent.config_file else [])
+        # The declared file is the first one the writer touches (Cline: none).
+        written = [edit.relative_path for edit in setup.config_edits][:1]
+        assert written == ([agent.config_file] if agent.config_file else [])
 
 
 def test_aliases_and_unknown_agent() -> None:
@@ -56,6 +57,9 @@ def test_claude_code_env_uses_root_url_bearer_token_and_all_model_slots() -> Non
     assert setup.wire_api == "anthropic"
     assert setup.config_edits[0].fragment == {"env": env}  # ~/.claude/settings.json "env" block
     assert setup.command == "claude"
+    # its real window (not an assumed 1M), compaction before overflow, no per-session billing line
+    assert env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] == "65536"
+    assert env["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"
 
 
 def test_claude_code_warns_when_context_is_below_32k() -> None:
@@ -109,7 +113,13 @@ def test_aider_env_model_prefix_and_metadata_file() -> None:
     setup = get_agent("aider").setup_for(KEYED)
     assert setup.env == {"OPENAI_API_BASE": "http://127.0.0.1:8420/v1", "OPENAI_API_KEY": "sk-local-123"}
     assert setup.command == "aider --model openai/qwen3-coder-30b"
-    metadata = json.loads(setup.config_edits[0].fragment_text())["openai/qwen3-coder-30b"]
+    settings = yaml.safe_load(setup.config_edits[0].fragment_text())  # ~/.aider.conf.yml: no env needed
+    assert settings == {
+        "model": "openai/qwen3-coder-30b",
+        "openai-api-base": "http://127.0.0.1:8420/v1",
+        "openai-api-key": "sk-local-123",
+    }
+    metadata = json.loads(setup.config_edits[1].fragment_text())["openai/qwen3-coder-30b"]
     assert metadata["max_input_tokens"] == 65536
     assert metadata["litellm_provider"] == "openai"
     assert get_agent("aider").needs_tools is False
@@ -117,7 +127,7 @@ def test_aider_env_model_prefix_and_metadata_file() -> None:
 
 def test_aider_without_known_context_writes_no_metadata() -> None:
     setup = get_agent("aider").setup_for(Endpoint("http://h:1/v1", None, "m"))
-    assert setup.config_edits == ()
+    assert [edit.relative_path for edit in setup.config_edits] == [".aider.conf.yml"]
     assert any("context length is unknown" in warning for warning in setup.warnings)
 
 
@@ -150,4 +160,4 @@ def test_cline_gives_fields_and_no_file() -> None:
 def test_as_dict_is_json_with_every_shell() -> None:
     data = json.loads(get_agent("aider").setup_for(KEYED).to_json())
     assert set(data["shell"]) == {"bash", "fish", "powershell"}
-    assert data["config_files"][0]["path"] == ".aider.model.metadata.json"
+    assert [f["path"] for f in data["config_files"]] == [".aider.conf.yml", ".aider.model.metadata.json"]

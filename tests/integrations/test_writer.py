@@ -20,8 +20,9 @@ ENDPOINT = Endpoint("http://127.0.0.1:8420/v1", "sk-local", "qwen3-coder", 65536
 NOON = datetime(2026, 11, 29, 12, 0, 0)
 
 
-def edit_for(agent_id: str) -> ConfigEdit:
-    return get_agent(agent_id).setup_for(ENDPOINT).config_edits[0]
+def edit_for(agent_id: str, path: str | None = None) -> ConfigEdit:
+    edits = get_agent(agent_id).setup_for(ENDPOINT).config_edits
+    return next(edit for edit in edits if path is None or edit.relative_path == path)
 
 
 def backups(path: Path) -> list[Path]:
@@ -104,7 +105,7 @@ def test_dry_run_returns_the_diff_and_writes_nothing(tmp_path: Path) -> None:
     path = tmp_path / ".aider.model.metadata.json"
     path.write_text('{"openai/other": {"max_input_tokens": 4096}}\n')
     before = path.read_text()
-    result = apply_edit(edit_for("aider"), home=tmp_path, dry_run=True)
+    result = apply_edit(edit_for("aider", ".aider.model.metadata.json"), home=tmp_path, dry_run=True)
     assert not result.written and result.backup is None
     assert path.read_text() == before and backups(path) == []
     assert '+  "openai/qwen3-coder": {' in result.diff

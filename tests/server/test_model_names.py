@@ -69,11 +69,11 @@ def test_max_output_tokens_caps_every_reply_and_is_shown(serve: ServeFn, fake_mo
         assert httpx.get(f"{url}/v1/models").json()["data"][0]["max_output_tokens"] == 5
         body = {"model": "claude-sonnet-4-5", "max_tokens": 32000, "messages": HI}
         reply = httpx.post(f"{url}/v1/messages", json=body).json()
-        assert reply["content"][0]["text"] == "Hello" and reply["stop_reason"] == "max_tokens"
+        assert reply["content"][0]["text"] == "Hello" and reply["stop_reason"] == "end_turn"  # not "continue"
         codex = httpx.post(f"{url}/v1/responses", json={"model": "gpt-5", "input": "hi"}).json()  # no cap asked
-        assert codex["status"] == "incomplete" and codex["usage"]["output_tokens"] == 5
+        assert codex["status"] == "completed" and codex["usage"]["output_tokens"] == 5
         small = httpx.post(f"{url}/v1/chat/completions", json={"model": "m", "messages": HI, "max_tokens": 2}).json()
-        assert small["choices"][0]["message"]["content"] == "He"
+        assert small["choices"][0]["message"]["content"] == "He" and small["choices"][0]["finish_reason"] == "length"
 
 
 def test_unknown_paths_share_one_metric_label(serve: ServeFn, fake_model: FakeModel) -> None:

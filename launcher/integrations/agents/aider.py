@@ -1,6 +1,9 @@
-"""Aider: OPENAI_API_BASE / OPENAI_API_KEY, `--model openai/<id>`, and ~/.aider.model.metadata.json.
+"""Aider: ~/.aider.conf.yml (or OPENAI_API_BASE / OPENAI_API_KEY and `--model openai/<id>`), and
+~/.aider.model.metadata.json.
 
-Docs: https://aider.chat/docs/llms/openai-compat.html (env vars, the `openai/` prefix) and
+Docs: https://aider.chat/docs/llms/openai-compat.html (env vars, the `openai/` prefix),
+https://aider.chat/docs/config/aider_conf.html (~/.aider.conf.yml: `model`, `openai-api-base`,
+`openai-api-key`; a repository's own file takes precedence) and
 https://aider.chat/docs/config/adv-model-settings.html (.aider.model.metadata.json in the home
 directory, keyed by the litellm model name, with max_input_tokens / max_output_tokens; without it
 Aider warns about an unknown model and assumes a context size).
@@ -23,7 +26,18 @@ def build(endpoint: Endpoint) -> AgentSetup:
     """Aider's settings for `endpoint`."""
     litellm_name = f"openai/{endpoint.model_id}"
     env = {"OPENAI_API_BASE": endpoint.base_url, "OPENAI_API_KEY": endpoint.key_or_placeholder}
-    edits: tuple[ConfigEdit, ...] = ()
+    edits: tuple[ConfigEdit, ...] = (
+        ConfigEdit(
+            relative_path=".aider.conf.yml",
+            format="yaml",
+            fragment={
+                "model": litellm_name,
+                "openai-api-base": endpoint.base_url,
+                "openai-api-key": endpoint.key_or_placeholder,
+            },
+            description="Aider's settings: this server and model for every run (no environment needed)",
+        ),
+    )
     if endpoint.context_length:
         output = output_tokens_for(endpoint.context_length)
         metadata: dict[str, Any] = {
@@ -35,7 +49,7 @@ def build(endpoint: Endpoint) -> AgentSetup:
             "litellm_provider": "openai",
             "mode": "chat",
         }
-        edits = (
+        edits += (
             ConfigEdit(
                 relative_path=".aider.model.metadata.json",
                 format="json",
@@ -64,7 +78,10 @@ def build(endpoint: Endpoint) -> AgentSetup:
         min_context=MIN_CONTEXT,
         context_length=endpoint.context_length,
         warnings=tuple(warnings),
-        notes=("Setting OPENAI_API_BASE also redirects other OpenAI tools started from that shell.",),
+        notes=(
+            "With --write, ~/.aider.conf.yml holds the server and model: a plain `aider` uses them.",
+            "Setting OPENAI_API_BASE instead also redirects other OpenAI tools started from that shell.",
+        ),
     )
 
 
@@ -76,6 +93,6 @@ AGENT = Agent(
     min_context=MIN_CONTEXT,
     needs_tools=False,
     summary="pair programming in the terminal; edits through text, not tool calls",
-    config_file=".aider.model.metadata.json",
+    config_file=".aider.conf.yml",
     build=build,
 )

@@ -6,6 +6,13 @@ sent as `Authorization: Bearer`; ANTHROPIC_DEFAULT_{OPUS,SONNET,HAIKU}_MODEL map
 Claude Code picks for background and sub-agent work; ANTHROPIC_SMALL_FAST_MODEL is the older
 name of the Haiku slot, still read by 1.x; settings.json's "env" object applies the same
 variables to every session).
+
+Checked against Claude Code 2.1.332: CLAUDE_CODE_MAX_CONTEXT_TOKENS gives a model it does not know
+its real window (without it, it assumes 1M tokens and says so on every run) and
+CLAUDE_CODE_AUTO_COMPACT_WINDOW makes it compact before the server's context overflows;
+CLAUDE_CODE_ATTRIBUTION_HEADER=0 drops the `x-anthropic-billing-header` system line, which
+differs from session to session and, first in the prompt, would defeat prefix caching across
+sessions (the server also leaves that line out of the prompt, for setups made by hand).
 """
 
 from __future__ import annotations
@@ -32,7 +39,11 @@ def build(endpoint: Endpoint) -> AgentSetup:
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         # A local model can take minutes to prefill a 30k-token prompt; the default is 10 minutes.
         "API_TIMEOUT_MS": "1800000",
+        "CLAUDE_CODE_ATTRIBUTION_HEADER": "0",
     }
+    if endpoint.context_length:
+        env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] = str(endpoint.context_length)
+        env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] = str(endpoint.context_length)
     warnings = context_warnings("Claude Code", MIN_CONTEXT, endpoint.context_length)
     warnings.append(
         "Claude Code drives everything through tool calls: a model without reliable tool calling "
