@@ -25,6 +25,7 @@ from launcher.server.chat import (
     start_chat,
 )
 from launcher.server.errors import ApiError, bad_request
+from launcher.server.generation import Usage
 from launcher.server.routes_common import (
     collect_until_disconnect,
     new_id,
@@ -181,6 +182,16 @@ def _options(body: MessagesRequest | CountTokensRequest) -> ChatOptions:
     return options
 
 
+def _usage(usage: Usage) -> dict[str, int]:
+    """Anthropic's input accounting: `input_tokens` excludes what was read from the cache (clients
+    add the two to size the context, so counting cached tokens in both would double them)."""
+    return {
+        "input_tokens": usage.prompt_tokens - usage.cached_tokens,
+        "cache_read_input_tokens": usage.cached_tokens,
+        "cache_creation_input_tokens": 0,
+    }
+
+
 def _input_object(arguments: str) -> dict[str, Any]:
     try:
         value = json.loads(arguments)
@@ -247,12 +258,7 @@ async def messages(request: Request) -> Any:
             "content": content,
             "stop_reason": "stop_sequence" if done.stop_sequence else _STOP_REASONS.get(done.finish_reason, "end_turn"),
             "stop_sequence": done.stop_sequence,
-            "usage": {
-                "input_tokens": done.usage.prompt_tokens,
-                "output_tokens": done.usage.completion_tokens,
-                "cache_read_input_tokens": done.usage.cached_tokens,
-                "cache_creation_input_tokens": 0,
-            },
+            "usage": {**_usage(done.usage), "output_tokens": done.usage.completion_tokens},
         }
     )
 
@@ -352,7 +358,8 @@ async def _stream(run: ChatRun, message_id: str, model_id: str, keepalive_s: flo
                 {
                     "type": "message_delta",
                     "delta": {"stop_reason": stop_reason, "stop_sequence": event.stop_sequence},
-                    "usage": {"output_tokens": event.usage.completion_tokens},
+                    # cumulative: now that the prompt has been read, how much of it came from the cache
+                    "usage": {**_usage(event.usage), "output_tokens": event.usage.completion_tokens},
                 },
             )
             yield named_event("message_stop", {"type": "message_stop"})

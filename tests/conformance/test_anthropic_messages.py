@@ -141,3 +141,21 @@ def test_errors_have_anthropic_shape(server: Any, claude: anthropic.Anthropic, m
             max_tokens=5,
             messages=[{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "nope", "content": "x"}]}],
         )
+
+
+def test_a_repeated_prefix_is_reported_as_cache_reads(claude: anthropic.Anthropic, model_id: str) -> None:
+    """Claude Code sizes its context as input + cache reads: cached tokens must not count twice."""
+    system = "You are a careful assistant. " * 40  # a long shared prefix, like an agent's system prompt
+    sizes = []
+    for question in ("Hello there, how are you today?", "What is the weather like in Paris?"):
+        with claude.messages.stream(
+            model=model_id, max_tokens=4, system=system, messages=[{"role": "user", "content": question}]
+        ) as stream:
+            usage = stream.get_final_message().usage
+        counted = claude.messages.count_tokens(
+            model=model_id, system=system, messages=[{"role": "user", "content": question}]
+        )
+        sizes.append((usage.input_tokens, usage.cache_read_input_tokens or 0, counted.input_tokens))
+    (first_input, first_cached, first_total), (second_input, second_cached, second_total) = sizes
+    assert first_input + first_cached == first_total and second_input + second_cached == second_total
+    assert second_cached >= first_total // 2 and second_input < second_total // 2
