@@ -9,13 +9,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import uvicorn
-from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from launcher.server.runner import bind_socket
 
 
 @contextmanager
-def running_app(app: Starlette) -> Iterator[str]:
+def running_app(app: ASGIApp) -> Iterator[str]:
     """Serve `app` on 127.0.0.1:<free port>; yields the base URL (no /v1)."""
     sock = bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]

@@ -1,0 +1,61 @@
+"""The scripted engine of the tool round trip: a call to the agent's shell tool, then a final answer.
+
+It stands in for the model at the engine seam only (tests/server/fake_model.py): the real
+server renders the agent's request with a Hermes/Qwen-style chat template that supports tools
+(the tiny GGUF's template) and parses what this engine writes as that family's tool call.
+
+- A request whose prompt offers one of the known shell tools is answered with a call to it,
+  in the family's own `<tool_call>{...}</tool_call>` form, writing PROOF_FILE.
+- Once the prompt holds a tool result (`<tool_response>`), the answer is FINAL_TEXT.
+- Aider offers no tools; it edits files through text, so it gets a whole-file edit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from launcher.engines.base import ModelInfo
+from tests.fixtures.models import TINY_CHAT_TEMPLATE
+from tests.server.fake_model import FakeModel, fake_info
+
+PROOF_FILE = "proof.txt"
+PROOF_TEXT = "round-trip-ok"
+FINAL_TEXT = "Done: proof.txt now holds the proof."
+AIDER_TEXT = "I will write the proof file."
+COMMAND = f"echo {PROOF_TEXT} > {PROOF_FILE}"
+
+# Shell tools by name, with the arguments each agent's schema asks for.
+SHELL_TOOLS: dict[str, dict[str, object]] = {
+    "Bash": {"command": COMMAND, "description": "Write the proof file"},  # Claude Code
+    "exec_command": {"cmd": COMMAND},  # Codex (unified exec)
+    "shell": {"command": ["bash", "-lc", COMMAND]},  # Codex (older shell tool)
+    "bash": {"command": COMMAND, "description": "Write the proof file"},  # OpenCode
+}
+
+
+def _offered_tool(prompt: str) -> str | None:
+    for name in SHELL_TOOLS:
+        if re.search(rf'"name": "{re.escape(name)}"', prompt):
+            return name
+    return None
+
+
+def scripted_reply(prompt: str) -> str:
+    """What the scripted model writes for a rendered prompt."""
+    if "<tool_response>" in prompt:
+        return FINAL_TEXT
+    tool = _offered_tool(prompt)
+    if tool is not None:
+        return "<tool_call>\n" + json.dumps({"name": tool, "arguments": SHELL_TOOLS[tool]}) + "\n</tool_call>"
+    return f"{AIDER_TEXT}\n\n{PROOF_FILE}\n```\n{PROOF_TEXT}\n```\n"
+
+
+def scripted_info() -> ModelInfo:
+    """A tools-capable ChatML model with room for an agent's whole prompt (one token per character)."""
+    return fake_info(id="scripted-model", chat_template=TINY_CHAT_TEMPLATE, context_length=1_000_000)
+
+
+def scripted_model() -> FakeModel:
+    """The scripted engine."""
+    return FakeModel(reply=scripted_reply, info=scripted_info())

@@ -1,0 +1,31 @@
+"""A tool round trip through the real server: the model calls the agent's shell tool in its family's
+own format, the agent runs it (the file appears), sends the result, and prints the final answer.
+
+The model is scripted at the engine seam (tests/agents/scripted.py); everything above it, from the
+HTTP server to the chat template and the tool-call parser, is the real one. Aider has no tools: it
+edits through text, so its round trip is a whole-file edit it applies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from tests.agents.conftest import AGENT_IDS, RoundTrip
+from tests.agents.scripted import AIDER_TEXT, FINAL_TEXT, PROOF_FILE, PROOF_TEXT
+
+
+@pytest.mark.parametrize("agent_id", AGENT_IDS)
+def test_a_tool_round_trip(agent_id: str, round_trip: Callable[[str], RoundTrip]) -> None:
+    result = round_trip(agent_id)
+    assert result.run.returncode == 0, result.run.output
+    proof = result.workspace.workdir / PROOF_FILE
+    assert proof.is_file(), result.run.output
+    assert proof.read_text().strip() == PROOF_TEXT
+    assert [(r.method, r.path, r.status) for r in result.requests if r.status >= 400] == []
+    if agent_id == "aider":
+        assert AIDER_TEXT in result.run.stdout, result.run.output
+        return
+    assert len(result.turns()) >= 2, "the tool result never came back"
+    assert FINAL_TEXT in result.run.stdout, result.run.output
