@@ -25,13 +25,17 @@ FINAL_TEXT = "Done: proof.txt now holds the proof."
 AIDER_TEXT = "I will write the proof file."
 COMMAND = f"echo {PROOF_TEXT} > {PROOF_FILE}"
 
-# Shell tools by name, with the arguments each agent's schema asks for.
-SHELL_TOOLS: dict[str, dict[str, object]] = {
-    "Bash": {"command": COMMAND, "description": "Write the proof file"},  # Claude Code
-    "exec_command": {"cmd": COMMAND},  # Codex (unified exec)
-    "shell": {"command": ["bash", "-lc", COMMAND]},  # Codex (older shell tool)
-    "bash": {"command": COMMAND, "description": "Write the proof file"},  # OpenCode
-}
+
+def shell_arguments(tool: str, command: str) -> dict[str, object]:
+    """The arguments each agent's shell tool takes."""
+    if tool == "exec_command":  # Codex (unified exec)
+        return {"cmd": command}
+    if tool == "shell":  # Codex (older shell tool)
+        return {"command": ["bash", "-lc", command]}
+    return {"command": command, "description": "Run the requested command"}  # Claude Code's Bash, OpenCode's bash
+
+
+SHELL_TOOLS = ("Bash", "exec_command", "shell", "bash")
 
 
 def _offered_tool(prompt: str) -> str | None:
@@ -41,13 +45,14 @@ def _offered_tool(prompt: str) -> str | None:
     return None
 
 
-def scripted_reply(prompt: str) -> str:
-    """What the scripted model writes for a rendered prompt."""
+def scripted_reply(prompt: str, command: str = COMMAND) -> str:
+    """What the scripted model writes for a rendered prompt (`command` is what its shell call runs)."""
     if "<tool_response>" in prompt:
         return FINAL_TEXT
     tool = _offered_tool(prompt)
     if tool is not None:
-        return "<tool_call>\n" + json.dumps({"name": tool, "arguments": SHELL_TOOLS[tool]}) + "\n</tool_call>"
+        call = {"name": tool, "arguments": shell_arguments(tool, command)}
+        return "<tool_call>\n" + json.dumps(call) + "\n</tool_call>"
     return f"{AIDER_TEXT}\n\n{PROOF_FILE}\n```\n{PROOF_TEXT}\n```\n"
 
 
@@ -56,6 +61,6 @@ def scripted_info() -> ModelInfo:
     return fake_info(id="scripted-model", chat_template=TINY_CHAT_TEMPLATE, context_length=1_000_000)
 
 
-def scripted_model() -> FakeModel:
-    """The scripted engine."""
-    return FakeModel(reply=scripted_reply, info=scripted_info())
+def scripted_model(command: str = COMMAND) -> FakeModel:
+    """The scripted engine; its shell call runs `command`."""
+    return FakeModel(reply=lambda prompt: scripted_reply(prompt, command), info=scripted_info())
