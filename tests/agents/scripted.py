@@ -8,6 +8,8 @@ server renders the agent's request with a Hermes/Qwen-style chat template that s
   in the family's own `<tool_call>{...}</tool_call>` form, writing PROOF_FILE.
 - Once the prompt holds a tool result (`<tool_response>`), the answer is FINAL_TEXT.
 - Aider offers no tools; it edits files through text, so it gets a whole-file edit.
+- A prompt asking for BROKEN_CALL_REQUEST gets a call that does not parse, followed by prose,
+  the reply that once held a stream silent until the end: it must reach the agent as text.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ PROOF_TEXT = "round-trip-ok"
 FINAL_TEXT = "Done: proof.txt now holds the proof."
 AIDER_TEXT = "I will write the proof file."
 COMMAND = f"echo {PROOF_TEXT} > {PROOF_FILE}"
+BROKEN_CALL_REQUEST = "Show me how a tool call looks."
+BROKEN_CALL_TAIL = "and that is not JSON, so it is just text"
+BROKEN_CALL_TEXT = f'Like this:\n<tool_call>\n{{"name": "Bash", "arguments": {{"command": ls}}}} {BROKEN_CALL_TAIL}.'
 
 
 def shell_arguments(tool: str, command: str) -> dict[str, object]:
@@ -47,6 +52,8 @@ def _offered_tool(prompt: str) -> str | None:
 
 def scripted_reply(prompt: str, command: str = COMMAND) -> str:
     """What the scripted model writes for a rendered prompt (`command` is what its shell call runs)."""
+    if BROKEN_CALL_REQUEST in prompt:
+        return BROKEN_CALL_TEXT
     if "<tool_response>" in prompt:
         return FINAL_TEXT
     tool = _offered_tool(prompt)

@@ -9,11 +9,14 @@ edits through text, so its round trip is a whole-file edit it applies.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from tests.agents.conftest import AGENT_IDS, RoundTrip
-from tests.agents.scripted import AIDER_TEXT, FINAL_TEXT, PROOF_FILE, PROOF_TEXT
+from tests.agents.capture import RequestCapture
+from tests.agents.clis import AgentCli
+from tests.agents.conftest import AGENT_IDS, RoundTrip, drive, fresh_workspace
+from tests.agents.scripted import AIDER_TEXT, BROKEN_CALL_REQUEST, BROKEN_CALL_TAIL, FINAL_TEXT, PROOF_FILE, PROOF_TEXT
 
 
 @pytest.mark.parametrize("agent_id", AGENT_IDS)
@@ -29,3 +32,18 @@ def test_a_tool_round_trip(agent_id: str, round_trip: Callable[[str], RoundTrip]
         return
     assert len(result.turns()) >= 2, "the tool result never came back"
     assert FINAL_TEXT in result.run.stdout, result.run.output
+
+
+@pytest.mark.parametrize("agent_id", AGENT_IDS)
+def test_a_call_that_does_not_parse_reaches_the_agent_as_text(
+    agent_id: str,
+    agent_clis: dict[str, AgentCli],
+    scripted_server: tuple[str, RequestCapture],
+    tmp_path: Path,
+) -> None:
+    url, _ = scripted_server
+    workspace = fresh_workspace(tmp_path, agent_id, url)
+    run = drive(agent_clis[agent_id], workspace, BROKEN_CALL_REQUEST, tools=True, test="broken call as text")
+    assert run.returncode == 0, run.output
+    assert BROKEN_CALL_TAIL in run.stdout, run.output
+    assert not (workspace.workdir / PROOF_FILE).exists()
