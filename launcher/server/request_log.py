@@ -48,12 +48,16 @@ _CLIENTS: tuple[tuple[re.Pattern[str], str], ...] = (
 
 
 def client_name(user_agent: str) -> str:
-    """A short name for the client behind a User-Agent ("claude-code/2.1.332"), or "" when unknown."""
+    """A short name for the client behind a User-Agent ("claude-code/2.1.332"); else its first word.
+
+    Aider cannot be told apart: it calls through litellm and the OpenAI SDK, whose User-Agent it keeps.
+    """
     for pattern, name in _CLIENTS:
         match = pattern.search(user_agent)
         if match:
             return f"{name}/{match.group(1)}" if match.groups() else name
-    return ""
+    first = user_agent.split(" ", 1)[0]
+    return "".join(c for c in first[:40] if c.isprintable())
 
 
 @dataclass

@@ -82,3 +82,20 @@ def test_unknown_paths_share_one_metric_label(serve: ServeFn, fake_model: FakeMo
             assert httpx.post(f"{url}/v1/x-{n}", json={}).status_code == 404
         metrics = httpx.get(f"{url}/metrics").text
     assert 'launcher_requests_total{endpoint="other",status="404"} 5.0' in metrics and "x-3" not in metrics
+
+
+@pytest.mark.parametrize(
+    ("user_agent", "name"),
+    [
+        ("claude-cli/2.1.332 (external, sdk-cli)", "claude-code/2.1.332"),
+        ("codex_exec/0.171.0 (Debian 12.0.0; x86_64) xterm (codex_exec; 0.171.0)", "codex/0.171.0"),
+        ("opencode/1.18.33 ai-sdk/provider-utils/3.0.0 runtime/bun/1.3.0", "opencode/1.18.33"),
+        ("OpenAI/Python 2.20.0", "openai-sdk/2.20.0"),  # Aider, through litellm
+        ("python-httpx/0.28.1", "python-httpx/0.28.1"),
+        ("", ""),
+    ],
+)
+def test_the_request_log_names_the_client(user_agent: str, name: str) -> None:
+    from launcher.server.request_log import client_name
+
+    assert client_name(user_agent) == name
