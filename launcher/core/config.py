@@ -37,7 +37,7 @@ class ServeConfig(BaseModel):
         default_factory=list,
         description=(
             "NAME (the model id clients see; default: the model's name) or NAME=MODEL (requests for NAME, "
-            "which may use * wildcards, go to MODEL); repeatable. Unmapped names such as claude-* and gpt-* "
+            "which may use * wildcards, go to MODEL). Unmapped names such as claude-* and gpt-* "
             "are answered by the served model"
         ),
     )
