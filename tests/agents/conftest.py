@@ -6,6 +6,7 @@ Node.js fails loudly instead of skipping); `scripts/test-agents [--latest]` runs
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -128,8 +129,6 @@ class StarterServer:
                 continue
             rest = match["rest"]
             if rest.startswith("reply="):
-                import json
-
                 logged.append(LoggedRequest(match["method"], match["path"], None, line, json.loads(rest[6:])))
             else:
                 logged.append(LoggedRequest(match["method"], match["path"], int(rest.split()[0]), line))
