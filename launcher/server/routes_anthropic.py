@@ -139,7 +139,8 @@ def _tool_choice(choice: ToolChoice | None, tools: list[dict[str, Any]]) -> str:
 
 def _system_text(system: str | list[TextBlockParam] | None) -> str:
     """The system prompt, without Claude Code's billing header line: it is addressed to Anthropic's
-    billing, not to the model, and it changes from turn to turn, which would defeat prefix caching."""
+    billing, not to the model, and it differs from session to session, which, first in the prompt,
+    would keep a new session from reusing the cached system prompt."""
     if system is None or isinstance(system, str):
         return system or ""
     texts = [b.text for b in system if b.type == "text" and not b.text.startswith(_BILLING_HEADER)]

@@ -84,7 +84,6 @@ def _calls_from_json(value: Any) -> list[ParsedToolCall] | None:
 
 def _decode_json_sequence(text: str) -> list[Any] | None:
     """JSON values separated by whitespace or `;` (llama 3 may emit several)."""
-    decoder = _DECODER
     values: list[Any] = []
     position = 0
     text = text.strip()
@@ -94,7 +93,7 @@ def _decode_json_sequence(text: str) -> list[Any] | None:
         if position >= len(text):
             break
         try:
-            value, position = decoder.raw_decode(text, position)
+            value, position = _DECODER.raw_decode(text, position)
         except json.JSONDecodeError:
             return None
         values.append(value)
@@ -112,7 +111,6 @@ def _json_calls_state(body: str, end: str | None) -> tuple[BodyState, int]:
     Complete values must each look like calls; what follows them must be nothing yet, the start
     of the end marker, or the start of another object or array.
     """
-    decoder = _DECODER
     position, complete_end, found = 0, 0, False
     while True:
         while position < len(body) and body[position] in _JSON_SEPARATORS:
@@ -123,7 +121,7 @@ def _json_calls_state(body: str, end: str | None) -> tuple[BodyState, int]:
         if rest[0] not in "{[":
             return ("calls_then_text" if found else "impossible"), complete_end
         try:
-            value, consumed = decoder.raw_decode(rest)
+            value, consumed = _DECODER.raw_decode(rest)
         except json.JSONDecodeError:
             if is_json_prefix(rest):
                 return "possible", complete_end
@@ -139,32 +137,35 @@ _HARMONY_NAME = re.compile(r"[\w.\-]+")
 _HARMONY_HEADER_MAX = 160  # `NAME <|constrain|>json` before <|message|>: a few dozen characters
 
 
-def _body_state(fmt: ToolFormat, body: str, end: str | None) -> BodyState:
-    """Can `body` (the text after a start marker, without its end marker) still become a call?"""
+def _body_state(fmt: ToolFormat, body: str, end: str | None) -> tuple[BodyState, int]:
+    """Can `body` (the text after a start marker, without its end marker) still become a call?
+
+    Also where the complete calls end, for "calls_then_text" (JSON bodies only; 0 otherwise).
+    """
     if fmt == "harmony":
         head, marker, args = body.partition("<|message|>")
         if not marker:
             fits = len(head) <= _HARMONY_HEADER_MAX and (not head or _HARMONY_NAME.match(head))
-            return "possible" if fits else "impossible"
+            return ("possible" if fits else "impossible"), 0
         args = args.lstrip()
         if not args or (end is not None and end.startswith(args)):
-            return "possible"
-        return "possible" if args[0] in "{[" and is_json_prefix(args) else "impossible"
+            return "possible", 0
+        return ("possible" if args[0] in "{[" and is_json_prefix(args) else "impossible"), 0
     stripped = body.lstrip()
     if fmt == "mistral" and stripped and stripped[0] not in "{[":
         name = _MISTRAL_NAME.match(body)
         if name is None:
-            return "impossible"
+            return "impossible", 0
         rest = body[name.end() :]
         if "[ARGS]".startswith(rest) or not rest:
-            return "possible"
+            return "possible", 0
         if not rest.startswith("[ARGS]"):
-            return "impossible"
+            return "impossible", 0
         args = rest[len("[ARGS]") :].lstrip()
         if "[TOOL_CALLS]" in args:
-            return "possible"  # several calls: checked whole when the reply ends
-        return "possible" if not args or (args[0] in "{[" and is_json_prefix(args)) else "impossible"
-    return _json_calls_state(body, end)[0]
+            return "possible", 0  # several calls: checked whole when the reply ends
+        return ("possible" if not args or (args[0] in "{[" and is_json_prefix(args)) else "impossible"), 0
+    return _json_calls_state(body, end)
 
 
 def parse_call_body(fmt: ToolFormat, body: str) -> list[ParsedToolCall] | None:
@@ -233,13 +234,14 @@ class StreamingToolParser:
                 end = self.in_call_end
                 if end is not None and end in self.buffer:
                     body, _, rest = self.buffer.partition(end)
-                    if _body_state(self.fmt, body, None) != "impossible":
+                    if _body_state(self.fmt, body, None)[0] != "impossible":
                         self.buffer, self.in_call = rest, False
                         events.extend(self._close_call(body, end))
                         continue
                     verdict: BodyState = "impossible"
+                    calls_end = 0
                 else:
-                    verdict = self._body_verdict()
+                    verdict, calls_end = self._body_verdict()
                 if verdict == "possible":
                     return events
                 self.in_call, self.seen_text = False, True
@@ -250,7 +252,6 @@ class StreamingToolParser:
                         events.append(TextPiece(next(iter(self.markers))))
                     continue
                 # Complete calls, then the model went on writing without the end marker.
-                _, calls_end = _json_calls_state(self.buffer, end)
                 body, self.buffer = self.buffer[:calls_end], self.buffer[calls_end:]
                 events.extend(self._close_call(body, None))
                 continue
@@ -281,7 +282,7 @@ class StreamingToolParser:
             self.buffer = self.buffer[len(ready) :]
             return events
 
-    def _body_verdict(self) -> BodyState:
+    def _body_verdict(self) -> tuple[BodyState, int]:
         """The look-ahead check of the open call's body, run again once the body has grown by 1/32.
 
         Re-reading a long body on every token would cost quadratic time for a call that writes a
@@ -289,7 +290,7 @@ class StreamingToolParser:
         """
         size = len(self.buffer)
         if size - self._checked_size < max(1, size // 32):
-            return "possible"
+            return "possible", 0
         self._checked_size = size
         return _body_state(self.fmt, self.buffer, self.in_call_end)
 

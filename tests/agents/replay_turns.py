@@ -25,8 +25,8 @@ from pathlib import Path
 from launcher.core.config import ServeConfig
 from launcher.server.app import create_app
 from tests.agents.capture import CapturedRequest, RequestCapture
-from tests.agents.clis import connect, install, run_agent, wanted
-from tests.agents.conftest import GENERATION_PATHS, ROUND_TRIP_PROMPT, start_starter
+from tests.agents.clis import install, wanted
+from tests.agents.conftest import GENERATION_PATHS, ROUND_TRIP_PROMPT, drive, fresh_workspace, start_starter
 from tests.agents.headless import HEADLESS
 from tests.agents.replay import Replayed, replay
 from tests.agents.scripted import COMMAND, scripted_model
@@ -36,16 +36,10 @@ from tests.server.harness import running_app
 def capture_turns(agent_id: str, command: str, root: Path) -> list[CapturedRequest]:
     """Run the agent's round trip against the scripted engine; its generation requests."""
     cli = next(c for c in wanted() if c.id == agent_id)
-    executable = install(cli)
+    install(cli)
     capture = RequestCapture(create_app(scripted_model(command), ServeConfig(port=0)))
-    home, work = root / "home", root / "work"
-    home.mkdir()
-    work.mkdir()
     with running_app(capture) as url:
-        connect(agent_id, url, home)
-        run = run_agent(
-            executable, HEADLESS[agent_id].argv(ROUND_TRIP_PROMPT, tools=True), home=home, workdir=work, timeout=600
-        )
+        run = drive(cli, fresh_workspace(root, agent_id, url), ROUND_TRIP_PROMPT, tools=True, test="round trip")
     print(f"{cli.id} {cli.version}: round trip exit {run.returncode} in {run.seconds:.1f} s")
     return [r for r in capture.requests if r.method == "POST" and r.path.endswith(GENERATION_PATHS)]
 
@@ -79,7 +73,6 @@ def main() -> int:
     model = starter.assemble(starter_cache_dir() / starter.MODEL_NAME)
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
-        (root / "capture").mkdir()
         turns = capture_turns(args.agent, args.command, root / "capture")
         if len(turns) < 2:
             print(f"only {len(turns)} generation request(s) captured; nothing to replay")
