@@ -15,6 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 DEFAULT_PORT = 8420
 """The documented default port (chosen away from 8000/8080/11434/1234 that other tools take)."""
 
+API_KEY_ENV = "LAUNCHER_API_KEY"
+"""The environment variable `launcher serve` reads its API key from when no flag gives one (the app
+passes its key this way, so the key never shows in the process list)."""
+
 EngineName = Literal["auto", "llamacpp", "mlx", "exllamav2", "exllamav3"]
 
 
@@ -31,7 +35,18 @@ class ServeConfig(BaseModel):
     threads: int | None = Field(None, ge=1, description="CPU threads (default: physical cores)")
     host: str = Field("127.0.0.1", description="address to bind (non-loopback needs an API key)")
     port: int = Field(DEFAULT_PORT, ge=0, le=65535, description="port (0 picks a free one)")
-    api_key: str | None = Field(None, description="require this key (Bearer or x-api-key)")
+    api_key: str | None = Field(
+        None,
+        description=f"require this key (Bearer or x-api-key); visible in the process list, so prefer "
+        f"--api-key-file or ${API_KEY_ENV}",
+    )
+    api_key_file: str | None = Field(None, description="read the API key from the first line of this file")
+    max_connections: int = Field(
+        1024,
+        ge=8,
+        description="open connections at most; past it, connections that never sent a request are closed "
+        "first, then new ones get a 503",
+    )
     cors_origins: list[str] = Field(default_factory=list, description="allowed CORS origins (off when empty)")
     alias: list[str] = Field(
         default_factory=list,
@@ -118,7 +133,7 @@ class ServeConfig(BaseModel):
         argv: list[str] = [self.model] if self.model else []
         defaults = ServeConfig()
         for name, field in ServeConfig.model_fields.items():
-            if name == "model":
+            if name in ("model", "api_key"):  # the key travels in the environment (to_environment)
                 continue
             value: Any = getattr(self, name)
             if value == getattr(defaults, name):
@@ -131,3 +146,7 @@ class ServeConfig(BaseModel):
                 argv += [flag, str(value)]
             del field
         return argv
+
+    def to_environment(self) -> dict[str, str]:
+        """Environment variables the `launcher serve` child needs besides `to_argv`: the API key."""
+        return {API_KEY_ENV: self.api_key} if self.api_key else {}

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from launcher.engines._streaming import StreamJob
-from launcher.engines.base import EngineStats, GenerationEvent, QueueFullError
+from launcher.engines.base import EngineStats, GenerationEvent, GenerationRequest, QueueFullError
 
 JobT = TypeVar("JobT", bound=StreamJob)
 
@@ -81,6 +81,37 @@ class Tally:
             prefill_tokens=self.prefill_tokens,
             decode_tokens=self.decode_tokens,
         )
+
+
+def prompt_problem(request: GenerationRequest, *, vocab_size: int, context: int) -> str | None:
+    """Why the engine cannot run `request` as asked (the client's mistake), or None.
+
+    Every engine checks this before queueing, so a bad request fails at once, the same way everywhere.
+    """
+    prompt = request.prompt_tokens
+    if not prompt:
+        return "the prompt is empty"
+    if vocab_size and (min(prompt) < 0 or max(prompt) >= vocab_size):
+        return f"the prompt has token ids outside this model's vocabulary (0..{vocab_size - 1})"
+    if len(prompt) >= context:
+        return (
+            f"the prompt is {len(prompt)} tokens but the context is {context} tokens per "
+            "request: shorten the prompt or restart the server with a larger --context"
+        )
+    if request.max_tokens < 1:
+        return "max_tokens must be at least 1"
+    return None
+
+
+def refusal(request: GenerationRequest, problem: str) -> GenerationEvent:
+    """The single event of a request the engine refuses for `problem` (answered with a 400)."""
+    return GenerationEvent(
+        finish_reason="error", error=problem, prompt_tokens=len(request.prompt_tokens), request_error=True
+    )
+
+
+UNLOADED = GenerationEvent(finish_reason="cancelled", error="the model has been unloaded")
+"""The single event of a request made after the model was closed."""
 
 
 class RequestPace:

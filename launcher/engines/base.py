@@ -167,6 +167,9 @@ class GenerationEvent:
     cached_prompt_tokens: int = 0  # prompt tokens served from the prefix cache
     completion_tokens: int = 0
     error: str | None = None
+    # The engine refused the request as asked (bad token ids, a constraint it cannot compile): the
+    # client's mistake, which the server answers with a 400, not a 500.
+    request_error: bool = False
 
 
 @dataclass(frozen=True)

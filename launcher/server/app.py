@@ -18,20 +18,28 @@ from starlette.routing import Route
 from launcher.core.config import ServeConfig
 from launcher.engines.base import LoadedModel
 from launcher.server import routes_anthropic, routes_openai, routes_responses
-from launcher.server.errors import install_error_handlers
+from launcher.server.errors import ErrorBoundary, install_error_handlers
 from launcher.server.metrics import CONTENT_TYPE
 from launcher.server.request_log import RequestObserver
-from launcher.server.security import SecurityMiddleware, allowed_hosts_for
+from launcher.server.security import SecurityMiddleware, allowed_hosts_for, key_matches
 from launcher.server.state import ModelLoader, ServerState
 
 
 async def health(request: Request) -> Response:
-    """GET /health: 503 while loading (or after a failed load), 200 when ready."""
+    """GET /health: 503 while loading (or after a failed load), 200 when ready.
+
+    It stays open under --api-key (load balancers and the app poll it), so without the key it
+    says only the status: which model and engine run here is the key holder's business.
+    """
     state: ServerState = request.app.state.server
+    key = state.config.api_key
+    detailed = not key or key_matches(key, dict(request.scope["headers"]))
     if state.model is not None:
-        return JSONResponse({"status": "ok", "model": state.model_id, "engine": state.engine_name})
+        details = {"model": state.model_id, "engine": state.engine_name} if detailed else {}
+        return JSONResponse({"status": "ok", **details})
     if state.load_error is not None:
-        return JSONResponse({"status": "error", "error": str(state.load_error)}, status_code=503)
+        details = {"error": str(state.load_error)} if detailed else {}
+        return JSONResponse({"status": "error", **details}, status_code=503)
     return JSONResponse({"status": "loading"}, status_code=503, headers={"Retry-After": "2"})
 
 
@@ -104,9 +112,13 @@ def create_app(
         )
     middleware.append(
         Middleware(
-            SecurityMiddleware, api_key=config.api_key, allowed_hosts=allowed_hosts_for(config.host, config.is_loopback)
+            SecurityMiddleware,
+            api_key=config.api_key,
+            allowed_hosts=allowed_hosts_for(config.host, config.is_loopback),
+            cors_origins=config.cors_origins,
         )
     )
+    middleware.append(Middleware(ErrorBoundary))
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
     app.state.server = state
     app.state.started_at = time.time()

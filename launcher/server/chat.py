@@ -8,15 +8,18 @@ parsing (grammar-constrained when the client requires a call) and response forma
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import anyio
+
 from launcher.engines.base import Constraint, SamplingParams, TokenLogprob
+from launcher.server.body import loads_checked
+from launcher.server.control_text import restore
 from launcher.server.errors import bad_request
-from launcher.server.generation import Chunk, Generation, Usage, start_generation, tokenize_prompt
+from launcher.server.generation import Chunk, Generation, Usage, check_prompt_chars, needs_bos, start_generation
 from launcher.server.harmony import HarmonySplitter
 from launcher.server.reasoning import ReplySplitter, ThinkSplitter
 from launcher.server.state import ServerState
@@ -76,6 +79,7 @@ class ChatDone:
     usage: Usage
     stop_sequence: str | None = None
     error: str | None = None
+    request_error: bool = False
 
 
 ChatEvent = TextDelta | ReasoningDelta | ToolCallDelta | ChatDone
@@ -121,10 +125,9 @@ def _arguments_object(arguments: Any, *, param: str) -> dict[str, Any]:
         return arguments
     if arguments in (None, ""):
         return {}
-    try:
-        value = json.loads(arguments)
-    except (TypeError, json.JSONDecodeError):
-        raise bad_request("Tool-call arguments in the history must be a JSON object string.", param=param) from None
+    if not isinstance(arguments, str):
+        raise bad_request("Tool-call arguments in the history must be a JSON object string.", param=param)
+    value = loads_checked(arguments, what="the tool-call arguments", param=param)
     if not isinstance(value, dict):
         raise bad_request("Tool-call arguments in the history must be a JSON object.", param=param)
     return value
@@ -172,6 +175,19 @@ def normalize_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 item["name"] = message["name"]
         out.append(item)
     return out
+
+
+def _check_tool_names(tools: list[dict[str, Any]]) -> None:
+    """Tool names become literals in the call grammar and the template: no quotes, backslashes or
+    whitespace (the hosted APIs allow only letters, digits, `_` and `-`; this is more lenient)."""
+    for index, tool in enumerate(tools):
+        name = str(tool["function"]["name"])
+        if len(name) > 256 or any(c in '"\\' or c.isspace() or not c.isprintable() for c in name):
+            raise bad_request(
+                f"Tool name {name[:80]!r} is not allowed: use at most 256 characters without quotes, backslashes "
+                "or spaces (letters, digits, '_' and '-' work everywhere).",
+                param=f"tools.{index}",
+            )
 
 
 def _choice_tools(options: ChatOptions) -> list[dict[str, Any]]:
@@ -240,26 +256,32 @@ class ChatRun:
             reason: ChatFinish = item.reason
             if calls and item.reason in ("stop", "length"):
                 reason = "tool_calls"
-            yield ChatDone(reason, item.usage, item.stop_sequence, item.error)
+            yield ChatDone(reason, item.usage, item.stop_sequence, item.error, item.request_error)
 
     async def aclose(self) -> None:
         """Stop generating (client gone or done)."""
         await self.generation.aclose()
 
 
-def _render_text(state: ServerState, options: ChatOptions) -> str:
-    _, template = state.require_model()
+def _prepare(state: ServerState, options: ChatOptions) -> tuple[str, list[int]]:
+    """The rendered prompt and its tokens; control-token text in the messages stays text (control_text)."""
+    model, template = state.require_model()
+    shield = state.control_text()
+    messages, literals = shield.shield(options.messages)
     tools = options.tools if options.tool_choice != "none" else []
     try:
-        return template.render(options.messages, tools or None)
+        text = template.render(messages, tools or None)
     except TemplateError as err:
         raise bad_request(str(err), param="messages") from err
+    check_prompt_chars(len(text), model.info.context_length)
+    tokens = shield.tokenize(text, literals, add_special=needs_bos(model, text, template.bos_token))
+    return restore(text, literals), tokens
 
 
-def render_prompt(state: ServerState, options: ChatOptions) -> list[int]:
-    """Prompt tokens for a chat request (also used by count_tokens)."""
-    model, template = state.require_model()
-    return tokenize_prompt(model, _render_text(state, options), template_bos=template.bos_token)
+async def prepare_prompt(state: ServerState, options: ChatOptions) -> tuple[str, list[int]]:
+    """`_prepare` on a worker thread: rendering and tokenizing a long conversation takes a while, and
+    every other request (and /health) would wait for it on the event loop."""
+    return await anyio.to_thread.run_sync(_prepare, state, options)
 
 
 async def start_chat(state: ServerState, options: ChatOptions) -> ChatRun:
@@ -267,8 +289,8 @@ async def start_chat(state: ServerState, options: ChatOptions) -> ChatRun:
     model, template = state.require_model()
     if options.tool_choice not in ("none", "auto") and not options.tools:
         raise bad_request("tool_choice requires tools.", param="tool_choice")
-    text = _render_text(state, options)
-    prompt = tokenize_prompt(model, text, template_bos=template.bos_token)
+    _check_tool_names(options.tools)
+    text, prompt = await prepare_prompt(state, options)
     constraint = options.response_format
     tool_format: ToolFormat | None = None
     constrained = False

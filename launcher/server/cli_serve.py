@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         flag = "--" + name.replace("_", "-")
         kind, choices, is_list = _flag_type(field.annotation)
         help_text = field.description or ""
-        if field.default is not None and not is_list and name != "api_key":
+        if field.default is not None and not is_list:
             help_text += f" [default: {field.default}]"
         if kind is bool:
             parser.add_argument(
@@ -100,10 +100,34 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         if hasattr(args, name):
             merged[name] = getattr(args, name)
     try:
-        return ServeConfig.model_validate(merged)
+        config = ServeConfig.model_validate(merged)
     except ValidationError as err:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in err.errors())
         raise ConfigError(f"Invalid serve settings: {problems}") from err
+    return config.model_copy(update={"api_key": _api_key(config)})
+
+
+def _api_key(config: ServeConfig) -> str | None:
+    """The key from --api-key, else the first line of --api-key-file, else $LAUNCHER_API_KEY."""
+    import os
+    from pathlib import Path
+
+    from launcher.core.config import API_KEY_ENV
+    from launcher.core.errors import ConfigError
+
+    if config.api_key:
+        return config.api_key
+    if config.api_key_file:
+        path = Path(config.api_key_file).expanduser()
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"Cannot read the API key file {path}: {err}") from err
+        key = lines[0].strip() if lines else ""
+        if not key:
+            raise ConfigError(f"The API key file {path} is empty.")
+        return key
+    return os.environ.get(API_KEY_ENV, "").strip() or None
 
 
 def run(args: argparse.Namespace) -> int:

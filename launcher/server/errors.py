@@ -3,7 +3,8 @@
 Routes raise `ApiError` (or let a `LauncherError` escape); the handlers installed by
 `install_error_handlers` turn them into the body shape of the API the client called:
 OpenAI `{"error": {message, type, param, code}}` or Anthropic `{"type": "error", "error": {...}}`.
-Anything unexpected becomes a 500 in the same shape, never a traceback on the wire.
+Anything unexpected becomes a 500 in the same shape (`ErrorBoundary`), logged once, never a
+traceback on the wire.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from launcher.core.errors import LauncherError
 
@@ -27,7 +29,9 @@ _OPENAI_TYPES = {
     403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "invalid_request_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
     429: "rate_limit_error",
     503: "server_unavailable",
 }
@@ -37,7 +41,9 @@ _ANTHROPIC_TYPES = {
     403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "invalid_request_error",
     413: "request_too_large",
+    415: "invalid_request_error",
     429: "rate_limit_error",
     503: "overloaded_error",
 }
@@ -132,17 +138,46 @@ async def _client_gone(request: Request, exc: Exception) -> Response:
     return Response(status_code=499)
 
 
-async def _unexpected(request: Request, exc: Exception) -> Response:
-    log.exception("unexpected error on %s", request.url.path)
-    message = f"Internal server error ({type(exc).__name__}). See the server log for details."
-    return error_response(request.url.path, ApiError(500, message))
+class ErrorBoundary:
+    """ASGI middleware: an unexpected exception becomes one log entry and a 500 in the caller's shape.
+
+    Starlette's own handler for `Exception` re-raises after answering, so uvicorn logged every
+    failure a second time; this boundary sits inside it and ends the exception here. An error
+    after the response has started (mid-stream) is logged and the connection closed.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass through; answer a 500 for what escapes."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def noting_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, noting_send)
+        except Exception as exc:
+            path = scope.get("path", "")
+            log.error("unexpected error on %s", path, exc_info=exc)
+            if started:
+                return
+            message = f"Internal server error ({type(exc).__name__}). See the server log for details."
+            response = error_response(path, ApiError(500, message))
+            await response(scope, receive, send)
 
 
 def install_error_handlers(app: Starlette) -> None:
-    """Register the handlers that shape every error by API."""
+    """Register the handlers that shape every expected error by API (ErrorBoundary takes the rest)."""
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(ValidationError, _validation_error)
     app.add_exception_handler(LauncherError, _launcher_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(ClientDisconnected, _client_gone)
-    app.add_exception_handler(Exception, _unexpected)

@@ -20,6 +20,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Literal
 
+import anyio
+
 from launcher.engines.base import (
     Constraint,
     GenerationEvent,
@@ -38,6 +40,9 @@ FinishReason = Literal["stop", "length", "cancelled", "error"]
 # How long start_generation waits for the engine's first event: enough for a refusal the engine
 # queues up front (bad prompt, bad constraint) to become an HTTP error, short against any prefill.
 REFUSAL_WAIT_S = 0.05
+
+# The longest token text of any vocabulary we know is far below this (runs of spaces or `=`).
+MAX_BYTES_PER_TOKEN = 256
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,14 @@ class Finish:
     usage: Usage
     stop_sequence: str | None = None
     error: str | None = None
+    request_error: bool = False  # the engine refused the request as asked (a 400, not a 500)
+
+
+def failure(error: str | None, *, request_error: bool) -> ApiError:
+    """The HTTP error for a generation that failed before any output."""
+    if request_error:
+        return bad_request(f"The request cannot run: {error or 'refused by the engine'}.")
+    return ApiError(500, f"Generation failed: {error or 'engine error'}")
 
 
 def _held_back(text: str, stops: list[str]) -> int:
@@ -167,7 +180,7 @@ class Generation:
                 if pending:
                     yield Chunk(pending, tuple(pending_logprobs))
                 reason = "stop" if event.finish_reason == "length" and self._capped else event.finish_reason
-                yield Finish(reason, self._usage(event, cached), error=event.error)
+                yield Finish(reason, self._usage(event, cached), error=event.error, request_error=event.request_error)
                 await self.aclose()
                 return
             hold = _held_back(pending, self._stops) if self._stops else 0
@@ -200,12 +213,34 @@ class Generation:
             await closer()
 
 
-def tokenize_prompt(model: LoadedModel, prompt: str | list[int], *, template_bos: str = "") -> list[int]:
-    """Prompt tokens; a rendered chat prompt that already starts with the BOS text gets no second BOS."""
+def check_prompt_chars(chars: int, context: int) -> None:
+    """Refuse a prompt that cannot fit before spending time tokenizing it.
+
+    No vocabulary has tokens longer than MAX_BYTES_PER_TOKEN, and a character is at least a byte,
+    so a prompt over `context * MAX_BYTES_PER_TOKEN` characters is over `context` tokens for sure.
+    """
+    if chars > context * MAX_BYTES_PER_TOKEN:
+        raise bad_request(
+            f"The prompt has {chars:,} characters, far more than the model's context of {context} tokens holds. "
+            "Shorten the conversation or restart the server with a larger --context.",
+            param="messages",
+            code="context_length_exceeded",
+        )
+
+
+def needs_bos(model: LoadedModel, prompt: str, template_bos: str = "") -> bool:
+    """Whether tokenizing `prompt` should add BOS: not when a rendered chat prompt already starts with it."""
+    return model.info.add_bos_token and not (template_bos and prompt.startswith(template_bos))
+
+
+async def tokenize_prompt(model: LoadedModel, prompt: str | list[int]) -> list[int]:
+    """Tokens of a raw prompt (token ids pass through), tokenized on a worker thread: a long prompt
+    takes seconds, and every other request and /health would wait for it on the event loop."""
     if isinstance(prompt, list):
         return list(prompt)
-    add_bos = model.info.add_bos_token and not (template_bos and prompt.startswith(template_bos))
-    return model.tokenize(prompt, add_special=add_bos, parse_special=True)
+    check_prompt_chars(len(prompt), model.info.context_length)
+    add_bos = needs_bos(model, prompt)
+    return await anyio.to_thread.run_sync(lambda: model.tokenize(prompt, add_special=add_bos, parse_special=True))
 
 
 async def start_generation(
@@ -268,11 +303,14 @@ async def start_generation(
             code="queue_full",
             headers={"Retry-After": str(max(1, math.ceil(err.retry_after_s)))},
         ) from err
-    if first.done() and first.result().finish_reason == "error" and not first.result().token_ids:
+    refused = first.result() if first.done() else None
+    if refused is not None and refused.finish_reason in ("error", "cancelled") and not refused.token_ids:
         closer = getattr(stream, "aclose", None)
         if closer is not None:
             await closer()
-        raise ApiError(500, f"The engine failed: {first.result().error or 'unknown error'}")
+        if refused.finish_reason == "cancelled":  # the model was unloaded under the request
+            raise ApiError(503, "The model is not loaded any more; retry shortly.", headers={"Retry-After": "2"})
+        raise failure(refused.error, request_error=refused.request_error)
     metrics.prompt_tokens.inc(count)
     return Generation(
         stream, first, prompt_tokens=count, stops=stops or [], metrics=metrics, started=started, capped=capped

@@ -21,11 +21,11 @@ from launcher.server.chat import (
     ToolCallDelta,
     media_omitted,
     normalize_history,
-    render_prompt,
+    prepare_prompt,
     start_chat,
 )
-from launcher.server.errors import ApiError, bad_request
-from launcher.server.generation import Usage
+from launcher.server.errors import bad_request
+from launcher.server.generation import Usage, failure
 from launcher.server.routes_common import (
     collect_until_disconnect,
     new_id,
@@ -196,7 +196,7 @@ def _usage(usage: Usage) -> dict[str, int]:
 def _input_object(arguments: str) -> dict[str, Any]:
     try:
         value = json.loads(arguments)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # the model's own output: a bad call is an empty input
         return {}
     return value if isinstance(value, dict) else {}
 
@@ -205,7 +205,8 @@ async def count_tokens(request: Request) -> JSONResponse:
     """POST /v1/messages/count_tokens."""
     state = state_of(request)
     body = await parse_body(request, CountTokensRequest)
-    return JSONResponse({"input_tokens": len(render_prompt(state, _options(body)))})
+    _, tokens = await prepare_prompt(state, _options(body))
+    return JSONResponse({"input_tokens": len(tokens)})
 
 
 async def messages(request: Request) -> Any:
@@ -249,7 +250,7 @@ async def messages(request: Request) -> Any:
         await run.aclose()
     assert done is not None
     if done.finish_reason == "error":
-        raise ApiError(500, f"Generation failed: {done.error or 'engine error'}")
+        raise failure(done.error, request_error=done.request_error)
     return JSONResponse(
         {
             "id": message_id,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
@@ -12,13 +11,12 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
 from launcher.engines.base import SamplingParams, TokenLogprob
-from launcher.server.errors import ApiError, ClientDisconnected, bad_request, validation_message
+from launcher.server.body import read_json_object
+from launcher.server.errors import ClientDisconnected, bad_request, validation_message
 from launcher.server.state import ServerState
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 ItemT = TypeVar("ItemT")
-
-MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
 def state_of(request: Request) -> ServerState:
@@ -28,16 +26,8 @@ def state_of(request: Request) -> ServerState:
 
 
 async def parse_body(request: Request, model: type[ModelT]) -> ModelT:
-    """The JSON body validated as `model`; bad JSON or wrong types are a 400."""
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise ApiError(413, f"Request body is larger than {MAX_BODY_BYTES // (1024 * 1024)} MiB.")
-    try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise bad_request(f"The request body is not valid JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise bad_request("The request body must be a JSON object.")
+    """The JSON body validated as `model`; see `body.read_json_object` for the limits on the way."""
+    data = await read_json_object(request)
     try:
         return model.model_validate(data)
     except ValidationError as err:

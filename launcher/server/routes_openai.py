@@ -22,7 +22,7 @@ from launcher.server.chat import (
     start_chat,
 )
 from launcher.server.errors import ApiError, bad_request
-from launcher.server.generation import Chunk, Finish, Usage, start_generation, tokenize_prompt
+from launcher.server.generation import Chunk, Finish, Usage, failure, start_generation, tokenize_prompt
 from launcher.server.routes_common import (
     collect_until_disconnect,
     new_id,
@@ -192,7 +192,7 @@ async def chat_completions(request: Request) -> Any:
         await run.aclose()
     assert done is not None
     if done.finish_reason == "error":
-        raise ApiError(500, f"Generation failed: {done.error or 'engine error'}")
+        raise failure(done.error, request_error=done.request_error)
     content = "".join(text)
     message: dict[str, Any] = {"role": "assistant", "content": content if (content or not calls) else None}
     if reasoning:
@@ -301,7 +301,7 @@ async def completions(request: Request) -> Any:
         prompt: str | list[int] = str(body.prompt[0])
     else:
         prompt = body.prompt if isinstance(body.prompt, str) else [int(t) for t in body.prompt]
-    tokens = tokenize_prompt(model, prompt)
+    tokens = await tokenize_prompt(model, prompt)
     completion_id = new_id("cmpl-")
     generation = await start_generation(
         model,

@@ -24,8 +24,8 @@ from launcher.server.chat import (
     start_chat,
     text_of,
 )
-from launcher.server.errors import ApiError, bad_request
-from launcher.server.generation import Usage
+from launcher.server.errors import bad_request
+from launcher.server.generation import Usage, failure
 from launcher.server.routes_common import collect_until_disconnect, new_id, parse_body, sampling_from, state_of
 from launcher.server.schemas_responses import ResponsesRequest
 from launcher.server.sse import EventStream, KeepAlive, named_event, with_keepalives
@@ -234,7 +234,7 @@ async def responses(request: Request) -> Any:
         await run.aclose()
     assert done is not None
     if done.finish_reason == "error":
-        raise ApiError(500, f"Generation failed: {done.error or 'engine error'}")
+        raise failure(done.error, request_error=done.request_error)
     if text.strip() or not output:
         output.insert(0, _message_item(new_id("msg_"), text, "completed"))
     builder.response["output"] = output

@@ -1,7 +1,11 @@
-"""Who may talk to the server: API key (Bearer or x-api-key) and a Host-header check.
+"""Who may talk to the server: a Host-header check, an Origin check and the API key.
 
 The Host check defends a loopback server against DNS rebinding (a web page on evil.com
 resolving its name to 127.0.0.1): only localhost names and the bound host are accepted.
+The Origin check stops a web page the user merely visits from spending this machine's compute:
+a browser may send a "simple" cross-site POST without asking first, and it always says which
+page sent it in `Origin`. Agents, SDKs and editors' extension hosts send no Origin; a web app
+that should call the server is allowed with `--cors-origins`.
 A non-loopback bind requires an API key instead (the CLI generates one if none is given).
 Pure ASGI so streaming and disconnect detection pass through untouched.
 """
@@ -41,13 +45,30 @@ def key_matches(expected: str, headers: dict[bytes, bytes]) -> bool:
     return any(results)
 
 
-class SecurityMiddleware:
-    """Rejects requests with a foreign Host header (loopback binds) or without the API key."""
+def origin_allowed(origin: str, host_header: str, cors_origins: list[str]) -> bool:
+    """True for a page of this server itself, or one listed in `--cors-origins` (`*`: any)."""
+    if "*" in cors_origins or origin in cors_origins:
+        return True
+    scheme, _, rest = origin.partition("://")
+    return scheme in ("http", "https") and rest.lower() == host_header.strip().lower()
 
-    def __init__(self, app: ASGIApp, *, api_key: str | None, allowed_hosts: set[str] | None) -> None:
+
+class SecurityMiddleware:
+    """Rejects requests with a foreign Host header (loopback binds), from a foreign web page, or
+    without the API key."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        api_key: str | None,
+        allowed_hosts: set[str] | None,
+        cors_origins: list[str] | None = None,
+    ) -> None:
         self.app = app
         self.api_key = api_key
         self.allowed_hosts = {h.lower() for h in allowed_hosts} if allowed_hosts is not None else None
+        self.cors_origins = list(cors_origins or [])
 
     async def _reject(
         self, scope: Scope, send: Send, status: int, message: str, extra: list[tuple[bytes, bytes]]
@@ -67,6 +88,16 @@ class SecurityMiddleware:
             host = _host_name(headers.get(b"host", b"").decode("latin-1"))
             if host not in self.allowed_hosts:
                 message = f"Host {host!r} is not allowed (this server only answers on its own address)."
+                await self._reject(scope, send, 403, message, [])
+                return
+        origin = headers.get(b"origin")
+        if origin is not None:
+            page = origin.decode("latin-1")
+            if not origin_allowed(page, headers.get(b"host", b"").decode("latin-1"), self.cors_origins):
+                message = (
+                    f"Requests from the web page origin {page!r} are refused, so that sites you visit cannot use "
+                    f"this server. To allow a web app, start the server with --cors-origins {page}."
+                )
                 await self._reject(scope, send, 403, message, [])
                 return
         needs_key = bool(self.api_key) and scope.get("method") != "OPTIONS" and scope.get("path") not in OPEN_PATHS

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from launcher.core.config import ServeConfig
 from launcher.core.errors import ConfigError, LauncherError
 from launcher.engines.base import EngineStats, LoadedModel
+from launcher.server.control_text import ControlText
 from launcher.server.errors import ApiError
 from launcher.server.metrics import ServerMetrics
 from launcher.server.request_log import current_request
@@ -46,6 +47,7 @@ class ServerState:
     loaded: threading.Event = field(default_factory=threading.Event)
     keepalive_s: float = KEEPALIVE_INTERVAL_S  # silence before a stream sends a keep-alive
     metrics: ServerMetrics = field(init=False)
+    _control_text: ControlText | None = None
 
     def __post_init__(self) -> None:
         self.metrics = ServerMetrics(self._engine_stats)
@@ -115,6 +117,13 @@ class ServerState:
         if record is not None:
             record.model, record.asked = self.model_id, requested
         return self.model_id
+
+    def control_text(self) -> ControlText:
+        """The served model's control-token shield (see control_text)."""
+        model, _ = self.require_model()
+        if self._control_text is None:
+            self._control_text = ControlText(model)
+        return self._control_text
 
     def require_model(self) -> tuple[LoadedModel, ChatTemplate]:
         """The model and template, or a 503 while loading / after a failed load."""

@@ -22,7 +22,7 @@ from typing import Literal
 
 from PySide6.QtCore import QCoreApplication, QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
-from launcher.core.config import ServeConfig
+from launcher.core.config import API_KEY_ENV, ServeConfig
 
 READY_PREFIX = "LAUNCHER_READY "
 ERROR_PREFIX = "LAUNCHER_ERROR "
@@ -127,8 +127,11 @@ def with_parent_death_signal(program: str, arguments: list[str]) -> tuple[str, l
     return sys.executable, ["-c", _PARENT_DEATH_WRAPPER, str(os.getpid()), program, *arguments]
 
 
-def _child_environment() -> QProcessEnvironment:
+def _child_environment(config: ServeConfig) -> QProcessEnvironment:
     env = QProcessEnvironment.systemEnvironment()
+    env.remove(API_KEY_ENV)  # a key in the user's shell must not lock the app out of its own server
+    for name, value in config.to_environment().items():  # the API key, kept out of the process list
+        env.insert(name, value)
     env.insert("PYTHONUNBUFFERED", "1")
     env.insert("PYTHONIOENCODING", "utf-8")
     # Make `-m launcher` work from a source checkout that is not pip-installed.
@@ -205,7 +208,7 @@ class ServerProcess(QObject):
         program, arguments = with_parent_death_signal(program, arguments)
         process.setProgram(program)
         process.setArguments(arguments)
-        process.setProcessEnvironment(_child_environment())
+        process.setProcessEnvironment(_child_environment(config))
         process.readyReadStandardOutput.connect(self._read_stdout)
         process.readyReadStandardError.connect(self._read_stderr)
         process.started.connect(self._on_started)

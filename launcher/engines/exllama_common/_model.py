@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from functools import lru_cache
 
 from launcher.core.errors import EngineError
+from launcher.engines._jobs import UNLOADED, prompt_problem, refusal
 from launcher.engines._streaming import EventStream
 from launcher.engines.base import EngineStats, GenerationEvent, GenerationRequest, ModelInfo
 from launcher.engines.exllama_common._backend import Backend, JobSpec
@@ -63,7 +64,7 @@ class ExLlamaModel:
         """
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[GenerationEvent] = asyncio.Queue()
-        problem = self._check(request)
+        problem = prompt_problem(request, vocab_size=self.info.vocab_size, context=self.info.context_length)
         grammar = None
         if problem is None and request.constraint is not None:
             try:
@@ -81,32 +82,12 @@ class ExLlamaModel:
             identifier=None,
         )
         job = Job(request=request, spec=spec, loop=loop, queue=queue)
-        if problem is not None:
-            queue.put_nowait(
-                GenerationEvent(finish_reason="error", error=problem, prompt_tokens=len(request.prompt_tokens))
-            )
+        if self._closed or problem is not None:
+            queue.put_nowait(UNLOADED if self._closed else refusal(request, problem or ""))
             return EventStream(job, None)
         job.spec = dataclasses.replace(spec, identifier=job)
         self._scheduler.submit(job)
         return EventStream(job, self._scheduler)
-
-    def _check(self, request: GenerationRequest) -> str | None:
-        prompt = request.prompt_tokens
-        if self._closed:
-            return "the model has been unloaded"
-        if not prompt:
-            return "the prompt is empty"
-        vocab = self.info.vocab_size
-        if vocab and (min(prompt) < 0 or max(prompt) >= vocab):
-            return f"the prompt has token ids outside this model's vocabulary (0..{vocab - 1})"
-        if len(prompt) >= self.info.context_length:
-            return (
-                f"the prompt is {len(prompt)} tokens but the context is {self.info.context_length} tokens per "
-                "request: shorten the prompt or restart the server with a larger --context"
-            )
-        if request.max_tokens < 1:
-            return "max_tokens must be at least 1"
-        return None
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         """ExLlama models are text generators: always raises EngineError."""

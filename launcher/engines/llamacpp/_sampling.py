@@ -69,6 +69,15 @@ def compile_constraint(constraint: Constraint) -> str:
     return f"{body}\n{GRAMMAR_ROOT} ::= {' '.join(parts)}\n"
 
 
+def check_grammar(llama_cpp: ModuleType, vocab: Any, grammar: str) -> None:
+    """Raise ConstraintError if llama.cpp cannot parse `grammar` (checked before a request is queued,
+    so the client gets a 400 at once instead of an error event after waiting for a slot)."""
+    sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), GRAMMAR_ROOT.encode())
+    if not sampler:
+        raise ConstraintError("llama.cpp rejected the grammar compiled from this constraint")
+    llama_cpp.llama_sampler_free(sampler)
+
+
 def logits_row(logits_pointer: Any, n_vocab: int) -> npt.NDArray[np.float32]:
     """A numpy view (no copy) of one row of llama.cpp's logits, from `llama_get_logits_ith`."""
     return np.ctypeslib.as_array(ctypes.cast(logits_pointer, ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,))

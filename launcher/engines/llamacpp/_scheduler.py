@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from launcher.engines._jobs import EventOutbox, RequestPace, SchedulerCounters, Tally, append_bounded
+from launcher.engines._jobs import EventOutbox, RequestPace, SchedulerCounters, Tally, append_bounded, refusal
 from launcher.engines.base import FinishReason, GenerationEvent, GenerationRequest, TokenLogprob
 from launcher.engines.llamacpp._batch import TokenBatch
 from launcher.engines.llamacpp._pacing import StepClock, burst_wait, prompt_takes
@@ -346,7 +346,7 @@ class Scheduler:
             try:
                 sampler = build_sampler(self._ll, self._vocab, self._n_vocab, job.request.sampling, job.grammar, banned)
             except ConstraintError as err:
-                self._events.emit(job, GenerationEvent(finish_reason="error", error=str(err)))
+                self._events.emit(job, refusal(job.request, str(err)))
                 return
         prompt = job.prompt
         shared = {slot.seq_id: self._common_prefix(slot, prompt) for slot in self._slots}

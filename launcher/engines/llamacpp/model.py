@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 
 from launcher.core.errors import EngineError
+from launcher.engines._jobs import UNLOADED, prompt_problem, refusal
 from launcher.engines._streaming import EventStream
 from launcher.engines.base import REPLY_MARKERS, EngineStats, GenerationEvent, GenerationRequest, ModelInfo
 from launcher.engines.llamacpp._embedding import Embedder
-from launcher.engines.llamacpp._sampling import ConstraintError, compile_constraint
+from launcher.engines.llamacpp._sampling import ConstraintError, check_grammar, compile_constraint
 from launcher.engines.llamacpp._scheduler import Job, Scheduler
 
 log = logging.getLogger("launcher.engines.llamacpp")
@@ -140,35 +141,21 @@ class LlamaCppModel:
         event with finish_reason "error" and a message that says what to change.
         """
         loop = asyncio.get_running_loop()
-        prompt = np.asarray(request.prompt_tokens, dtype=np.int32)
-        job = Job(request=request, prompt=prompt, grammar=None, loop=loop, queue=asyncio.Queue())
-        problem = self._check(request, prompt)
+        problem = prompt_problem(request, vocab_size=self._n_vocab, context=self._settings.context)
+        grammar = None
         if problem is None and request.constraint is not None:
             try:
-                job.grammar = compile_constraint(request.constraint)
+                grammar = compile_constraint(request.constraint)
+                check_grammar(self._ll, self._vocab, grammar)
             except ConstraintError as err:
                 problem = str(err)
-        if problem is not None:
-            job.queue.put_nowait(GenerationEvent(finish_reason="error", error=problem, prompt_tokens=len(prompt)))
+        prompt = np.asarray(request.prompt_tokens if problem is None else [], dtype=np.int32)
+        job = Job(request=request, prompt=prompt, grammar=grammar, loop=loop, queue=asyncio.Queue())
+        if self._closed or problem is not None:
+            job.queue.put_nowait(UNLOADED if self._closed else refusal(request, problem or ""))
             return EventStream(job, None)
         self._scheduler.submit(job)
         return EventStream(job, self._scheduler)
-
-    def _check(self, request: GenerationRequest, prompt: np.ndarray[Any, Any]) -> str | None:
-        if self._closed:
-            return "the model has been unloaded"
-        if len(prompt) == 0:
-            return "the prompt is empty"
-        if int(prompt.min()) < 0 or int(prompt.max()) >= self._n_vocab:
-            return f"the prompt has token ids outside this model's vocabulary (0..{self._n_vocab - 1})"
-        if len(prompt) >= self._settings.context:
-            return (
-                f"the prompt is {len(prompt)} tokens but the context is {self._settings.context} tokens per "
-                "request: shorten the prompt or restart the server with a larger --context"
-            )
-        if request.max_tokens < 1:
-            return "max_tokens must be at least 1"
-        return None
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         """Mean/CLS-pooled, L2-normalised embeddings; raises EngineError if this model cannot embed."""

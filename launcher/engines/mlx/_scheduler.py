@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.engines._jobs import EventOutbox, RequestPace, SchedulerCounters, Tally, append_bounded
+from launcher.engines._jobs import EventOutbox, RequestPace, SchedulerCounters, Tally, append_bounded, refusal
 from launcher.engines.base import FinishReason, GenerationEvent, GenerationRequest, TokenLogprob
 from launcher.engines.mlx._sampling import ConstraintError, GrammarProcessor, make_processors, make_sampler
 from launcher.engines.mlx._tokens import IncrementalText, TokenizerAccess
@@ -268,7 +268,7 @@ class Scheduler:
             try:
                 self._start(job, generator, cache)
             except ConstraintError as err:
-                self._events.emit(job, GenerationEvent(finish_reason="error", error=str(err)))
+                self._events.emit(job, refusal(job.request, str(err)))
 
     def _start(self, job: Job, generator: Any, cache: Any) -> None:
         from mlx_lm.generate import StopSequences

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 import psutil
 
 from launcher.core.errors import EngineError
+from launcher.engines._jobs import UNLOADED, prompt_problem, refusal
 from launcher.engines._streaming import EventStream
 from launcher.engines.base import EngineStats, GenerationEvent, GenerationRequest, ModelInfo
 from launcher.engines.mlx._sampling import GrammarCompiler, GrammarProcessor
@@ -65,34 +66,15 @@ class MlxModel:
         """
         loop = asyncio.get_running_loop()
         job = Job(request=request, loop=loop, queue=asyncio.Queue())
-        problem = self._check(request)
-        if problem is not None:
-            job.queue.put_nowait(
-                GenerationEvent(finish_reason="error", error=problem, prompt_tokens=len(request.prompt_tokens))
-            )
+        problem = prompt_problem(request, vocab_size=self._n_vocab, context=self.info.context_length)
+        if self._closed or problem is not None:
+            job.queue.put_nowait(UNLOADED if self._closed else refusal(request, problem or ""))
             return EventStream(job, None)
         room = self.info.context_length - len(request.prompt_tokens)
         if request.max_tokens > room:
             job.request = GenerationRequest(**{**request.__dict__, "max_tokens": room})
         self._scheduler.submit(job)
         return EventStream(job, self._scheduler)
-
-    def _check(self, request: GenerationRequest) -> str | None:
-        prompt = request.prompt_tokens
-        if self._closed:
-            return "the model has been unloaded"
-        if not prompt:
-            return "the prompt is empty"
-        if min(prompt) < 0 or max(prompt) >= self._n_vocab:
-            return f"the prompt has token ids outside this model's vocabulary (0..{self._n_vocab - 1})"
-        if len(prompt) >= self.info.context_length:
-            return (
-                f"the prompt is {len(prompt)} tokens but the context is {self.info.context_length} tokens per "
-                "request: shorten the prompt or restart the server with a larger --context"
-            )
-        if request.max_tokens < 1:
-            return "max_tokens must be at least 1"
-        return None
 
     def _compile(self, job: Job) -> GrammarProcessor | None:
         """Called on the scheduler thread when the job is admitted (builds the token table once)."""
