@@ -114,10 +114,15 @@ UNLOADED = GenerationEvent(finish_reason="cancelled", error="the model has been 
 """The single event of a request made after the model was closed."""
 
 
+MAX_RETRY_AFTER_S = 20.0
+"""The longest Retry-After a full queue answers with: clients wait that long on a kept-alive
+connection, and the server keeps idle connections open longer than this (server/connections.py)."""
+
+
 class RequestPace:
     """A running average of how long a request takes, for the Retry-After of a full queue."""
 
-    def __init__(self, initial_s: float = 5.0) -> None:
+    def __init__(self, initial_s: float = 2.0) -> None:
         self.average_s = initial_s
 
     def finished(self, submitted_at: float) -> None:
@@ -125,9 +130,13 @@ class RequestPace:
         elapsed = time.monotonic() - submitted_at
         self.average_s = 0.8 * self.average_s + 0.2 * elapsed
 
-    def queue_full(self, rounds: float) -> QueueFullError:
-        """The error for a refused request that would wait `rounds` request lengths for a slot."""
-        return QueueFullError(retry_after_s=max(1.0, round(rounds * self.average_s, 1)))
+    def queue_full(self, slots: int) -> QueueFullError:
+        """The error for a refused request: retry when a place in the queue is likely free again.
+
+        A place frees when any of the `slots` running requests ends, on average every
+        `average_s / slots` seconds; waiting for the whole queue to drain would overstate it.
+        """
+        return QueueFullError(retry_after_s=min(MAX_RETRY_AFTER_S, max(1.0, round(self.average_s / slots, 1))))
 
 
 def append_bounded(
@@ -143,7 +152,7 @@ def append_bounded(
         waiting.clear()
         waiting.extend(open_jobs)
         if len(waiting) - free >= max_queue:
-            raise pace.queue_full((len(waiting) + 1) / slots)
+            raise pace.queue_full(slots)
     waiting.append(job)
 
 

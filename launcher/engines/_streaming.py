@@ -58,6 +58,12 @@ class EventStream(AsyncIterator[GenerationEvent]):
             self._done = True
         return event
 
+    def interrupt(self, reason: str) -> None:
+        """End the stream at its next read with a "cancelled" finish (the server is stopping): the
+        reader writes a proper end for its client, then closes the stream, which cancels the job."""
+        if not self._done:
+            self._job.queue.put_nowait(GenerationEvent(finish_reason="cancelled", error=reason))
+
     async def aclose(self) -> None:
         """Stop generating: the scheduler drops the job (and frees its sequence) before its next step."""
         self._cancel()

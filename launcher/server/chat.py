@@ -313,6 +313,7 @@ async def start_chat(state: ServerState, options: ChatOptions) -> ChatRun:
         logprobs=options.logprobs,
         ignore_eos=options.ignore_eos,
         request_id=options.request_id,
+        live=state.live,
     )
     thinking: ReplySplitter | None = None
     if constraint is None and detect_tool_format(template.source) == "harmony":

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import math
 import time
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Literal
@@ -120,6 +121,7 @@ class Generation:
         self._last_token_at: float | None = None
         self._completion_tokens = 0
         self._closed = False
+        self._interrupted: str | None = None
         self._record = current_request()  # the request log line this generation fills in
         if self._record is not None:
             self._record.prompt_tokens = prompt_tokens
@@ -159,6 +161,8 @@ class Generation:
         pending_logprobs: list[TokenLogprob] = []
         cached = 0
         async for event in self._events():
+            if self._interrupted is not None and event.finish_reason is None:
+                event = GenerationEvent(finish_reason="cancelled", error=self._interrupted)
             self._observe(event)
             cached = max(cached, event.cached_prompt_tokens)
             if self._record is not None:
@@ -197,6 +201,19 @@ class Generation:
         completion = max(event.completion_tokens, self._completion_tokens)
         prompt = event.prompt_tokens or self.prompt_tokens
         return Usage(prompt, completion, cached)
+
+    @property
+    def finished(self) -> bool:
+        """True once the generation has ended (its Finish was produced or it was closed)."""
+        return self._closed
+
+    async def interrupt(self, reason: str) -> None:
+        """End this generation with a "cancelled" finish that the route still writes to its client
+        (server shutdown): at once for the engines' streams, else at the next event."""
+        self._interrupted = reason  # checked at each event, for streams without `interrupt`
+        interrupt = getattr(self._stream, "interrupt", None)
+        if interrupt is not None and not self._closed:
+            interrupt(reason)  # ends the wait for the next event at once (a first one too: same queue)
 
     async def aclose(self) -> None:
         """Stop the engine's sequence (stop string found, client gone, request done)."""
@@ -256,6 +273,7 @@ async def start_generation(
     logprobs: int | None = None,
     ignore_eos: bool = False,
     request_id: str = "",
+    live: weakref.WeakSet[Generation] | None = None,
 ) -> Generation:
     """Start generating; raises ApiError 400 (prompt too long) or 429 (queue full) before any output.
 
@@ -312,9 +330,12 @@ async def start_generation(
             raise ApiError(503, "The model is not loaded any more; retry shortly.", headers={"Retry-After": "2"})
         raise failure(refused.error, request_error=refused.request_error)
     metrics.prompt_tokens.inc(count)
-    return Generation(
+    generation = Generation(
         stream, first, prompt_tokens=count, stops=stops or [], metrics=metrics, started=started, capped=capped
     )
+    if live is not None:  # the server's running generations, ended properly when it stops
+        live.add(generation)
+    return generation
 
 
 async def _next_event(stream: AsyncIterator[GenerationEvent], prompt_tokens: int) -> GenerationEvent:

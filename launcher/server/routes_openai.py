@@ -314,6 +314,7 @@ async def completions(request: Request) -> Any:
         logprobs=body.logprobs,
         ignore_eos=body.ignore_eos,
         request_id=completion_id,
+        live=state.live,
     )
     created = int(time.time())
     echo = (prompt if isinstance(prompt, str) else model.detokenize(tokens)) if body.echo else ""

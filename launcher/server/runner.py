@@ -11,9 +11,14 @@ import os
 import secrets
 import socket
 import sys
+from typing import TYPE_CHECKING, Any
 
 from launcher.core.config import ServeConfig
 from launcher.core.errors import ServerError
+
+if TYPE_CHECKING:
+    import uvicorn
+    from starlette.applications import Starlette
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +60,35 @@ def public_url(host: str, port: int) -> str:
     return f"http://{host}:{port}"
 
 
-def serve(config: ServeConfig) -> int:
-    """Plan, bind, load (in the background, /health says 503 meanwhile), announce, serve until a signal."""
+def uvicorn_server(app: Starlette, config: ServeConfig, **overrides: Any) -> uvicorn.Server:
+    """The uvicorn server for `app` with the launcher's connection limits and a graceful stop."""
     import uvicorn
 
+    from launcher.server.connections import KEEPALIVE_S, guarded_protocol, raise_file_limit
+
+    state = app.state.server
+
+    class DrainingServer(uvicorn.Server):
+        """On a stop signal, running streams get their proper end before connections close."""
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            await state.drain()
+            await super().shutdown(sockets)
+
+    settings: dict[str, Any] = {
+        # uvicorn follows `launcher --log-level` (its startup chatter only from INFO down)
+        "log_level": "info" if logging.getLogger().isEnabledFor(logging.INFO) else "warning",
+        "access_log": False,
+        "lifespan": "on",
+        "timeout_graceful_shutdown": 3,
+        "timeout_keep_alive": KEEPALIVE_S,
+        "http": guarded_protocol(raise_file_limit(config.max_connections)),
+    }
+    return DrainingServer(uvicorn.Config(app, **(settings | overrides)))
+
+
+def serve(config: ServeConfig) -> int:
+    """Plan, bind, load (in the background, /health says 503 meanwhile), announce, serve until a signal."""
     from launcher.engines import registry
     from launcher.server.app import create_app
     from launcher.server.planning import plan
@@ -83,16 +113,7 @@ def serve(config: ServeConfig) -> int:
 
     app = create_app(load, config, engine_name=setup.engine, engine_reason=setup.engine_reason)  # type: ignore[arg-type]
     state = app.state.server
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            # uvicorn follows `launcher --log-level` (its startup chatter only from INFO down)
-            log_level="info" if logging.getLogger().isEnabledFor(logging.INFO) else "warning",
-            access_log=False,
-            lifespan="on",
-            timeout_graceful_shutdown=3,
-        )
-    )
+    server = uvicorn_server(app, config)
     print(f"Loading {setup.model.name} with {setup.engine} ({setup.engine_reason})...", file=sys.stderr, flush=True)
 
     async def main() -> int:

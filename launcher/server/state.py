@@ -6,9 +6,11 @@ routes ask `require_model()`, which answers 503 until the load is done.
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -17,6 +19,7 @@ from launcher.core.errors import ConfigError, LauncherError
 from launcher.engines.base import EngineStats, LoadedModel
 from launcher.server.control_text import ControlText
 from launcher.server.errors import ApiError
+from launcher.server.generation import Generation
 from launcher.server.metrics import ServerMetrics
 from launcher.server.request_log import current_request
 from launcher.server.sse import KEEPALIVE_INTERVAL_S
@@ -25,6 +28,8 @@ from launcher.server.templates import ChatTemplate, load_template
 log = logging.getLogger(__name__)
 
 ModelLoader = Callable[[], LoadedModel]
+
+DRAIN_TIMEOUT_S = 1.0  # how long a stopping server waits for streams to write their end
 
 
 def alias_target(aliases: dict[str, str], name: str) -> str | None:
@@ -47,6 +52,8 @@ class ServerState:
     loaded: threading.Event = field(default_factory=threading.Event)
     keepalive_s: float = KEEPALIVE_INTERVAL_S  # silence before a stream sends a keep-alive
     metrics: ServerMetrics = field(init=False)
+    live: weakref.WeakSet[Generation] = field(default_factory=weakref.WeakSet)  # generations running now
+    draining: bool = False  # the server is stopping: no new generations
     _control_text: ControlText | None = None
 
     def __post_init__(self) -> None:
@@ -118,6 +125,19 @@ class ServerState:
             record.model, record.asked = self.model_id, requested
         return self.model_id
 
+    async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+        """Stop: refuse new generations and end the running ones with a proper finish, so each
+        client gets its `finish_reason` and `[DONE]` (or `message_stop`) instead of a cut stream."""
+        self.draining = True
+        running = list(self.live)
+        if running:
+            log.info("stopping: ending %d running generation(s)", len(running))
+        for generation in running:
+            await generation.interrupt("the server is shutting down")
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while any(not g.finished for g in list(self.live)) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
+
     def control_text(self) -> ControlText:
         """The served model's control-token shield (see control_text)."""
         model, _ = self.require_model()
@@ -127,6 +147,8 @@ class ServerState:
 
     def require_model(self) -> tuple[LoadedModel, ChatTemplate]:
         """The model and template, or a 503 while loading / after a failed load."""
+        if self.draining:
+            raise ApiError(503, "The server is shutting down.", headers={"Retry-After": "2"})
         if self.model is not None and self.template is not None:
             return self.model, self.template
         if self.load_error is not None:

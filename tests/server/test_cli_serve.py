@@ -15,6 +15,7 @@ import pytest
 
 from launcher.cli import build_parser
 from launcher.core.config import ServeConfig
+from launcher.core.errors import ConfigError
 from launcher.server.cli_serve import build_config
 from tests.conformance.servers import REPO_ROOT, SERVERS, start_server
 
@@ -180,3 +181,19 @@ def test_the_log_has_one_line_per_request_naming_the_agent(tiny_gguf: Path, tmp_
     assert "asked=claude-sonnet-4-5" in lines[0] and "generated=5 " in lines[0] and "ttft=" in lines[0]
     assert "GET /models 200 codex/0.171.0" in lines[1]
     assert "POST /v1/nowhere 404" in lines[2]
+
+
+def test_the_api_key_can_stay_out_of_the_process_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_text("from-file\n")
+    monkeypatch.setenv("LAUNCHER_API_KEY", "from-env")
+    assert parse().api_key == "from-env"
+    assert parse("--api-key-file", str(key_file)).api_key == "from-file"
+    assert parse("--api-key-file", str(key_file), "--api-key", "from-flag").api_key == "from-flag"
+    monkeypatch.delenv("LAUNCHER_API_KEY")
+    assert parse().api_key is None
+    with pytest.raises(ConfigError, match="Cannot read the API key file"):
+        parse("--api-key-file", str(tmp_path / "missing"))
+    # the app hands its key to the server child in the environment, not in argv
+    config = ServeConfig(api_key="sekret", port=0)
+    assert "sekret" not in config.to_argv() and config.to_environment() == {"LAUNCHER_API_KEY": "sekret"}

@@ -89,7 +89,7 @@ class Scheduler:
             if self._waiting_with_one_more() > self._max_queue:
                 self._inbox = [j for j in self._inbox if not j.cancelled]
                 if self._waiting_with_one_more() > self._max_queue:
-                    raise self._pace.queue_full(self._waiting_with_one_more() / self._parallel)
+                    raise self._pace.queue_full(self._parallel)
             self._inbox.append(job)
             self._cv.notify()
 
@@ -108,7 +108,7 @@ class Scheduler:
         running = [j for j in live if j.started]
         return self._tally.snapshot(
             running=len(running),
-            waiting=len(live) - len(running) + len(self._inbox),
+            waiting=len(live) - len(running) + sum(1 for job in list(self._inbox) if not job.cancelled),
             kv_used_tokens=sum(j.prefilled + j.generated for j in running),
         )
 

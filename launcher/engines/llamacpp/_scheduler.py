@@ -157,7 +157,8 @@ class Scheduler:
         running = [slot for slot in self._slots if slot.job is not None]
         return self._tally.snapshot(
             running=len(running),
-            waiting=len(self._waiting),
+            # a client that left while queued is not waiting any more
+            waiting=sum(1 for job in list(self._waiting) if not job.cancelled),
             kv_used_tokens=sum(slot.n_cached for slot in running),
         )
 

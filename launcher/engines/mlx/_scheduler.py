@@ -131,7 +131,8 @@ class Scheduler:
         running = list(self._running.values())
         return self._tally.snapshot(
             running=len(running),
-            waiting=len(self._waiting),
+            # a client that left while queued is not waiting any more
+            waiting=sum(1 for job in list(self._waiting) if not job.cancelled),
             kv_used_tokens=sum(len(j.request.prompt_tokens) + j.generated for j in running),
         )
 
