@@ -3,7 +3,7 @@
 Every limit answers with a client error in the caller's API shape, never a 500:
 - a declared `Content-Length` over the limit is a 413 before a byte is read, and the bytes are
   counted while reading, so a body without a length cannot grow past the limit either;
-- a body that trickles in slower than `BODY_READ_TIMEOUT_S` is a 408;
+- a body that pauses longer than `BODY_IDLE_TIMEOUT_S`, or takes over `BODY_READ_TIMEOUT_S` in all, is a 408;
 - a client that leaves mid-upload is a 499 (nobody is there to read it), not a server error;
 - a `Content-Type` other than JSON is a 415: a browser can send `text/plain` cross-site without
   asking first, so accepting it would let any web page run generations here;
@@ -28,6 +28,7 @@ from launcher.server.errors import ApiError, ClientDisconnected, bad_request
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 BODY_READ_TIMEOUT_S = 60.0  # a 32 MiB body at a slow 1 MB/s still arrives in time
+BODY_IDLE_TIMEOUT_S = 10.0  # but a body that stops arriving is given up on sooner
 MAX_JSON_DEPTH = 128  # agents' tool schemas nest a dozen levels; nothing legitimate nests a hundred
 _THREAD_PARSE_BYTES = 256 * 1024  # below this, parsing is faster than the hop to a thread
 
@@ -72,14 +73,20 @@ async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
     chunks: list[bytes] = []
     received = 0
     try:
-        async with asyncio.timeout(BODY_READ_TIMEOUT_S):
+        loop = asyncio.get_running_loop()
+        overall = loop.time() + BODY_READ_TIMEOUT_S
+        async with asyncio.timeout(BODY_IDLE_TIMEOUT_S) as deadline:
             async for chunk in request.stream():
+                deadline.reschedule(min(overall, loop.time() + BODY_IDLE_TIMEOUT_S))
                 received += len(chunk)
                 if received > limit:
                     raise ApiError(413, f"The request body is larger than {_mib(limit)}.", headers=_CLOSE)
                 chunks.append(chunk)
     except TimeoutError:
-        message = f"The request body did not arrive within {BODY_READ_TIMEOUT_S:.0f} s ({received:,} bytes came)."
+        message = (
+            f"The request body did not arrive in time ({received:,} bytes came; a body may pause "
+            f"{BODY_IDLE_TIMEOUT_S:.0f} s at most and take {BODY_READ_TIMEOUT_S:.0f} s in all)."
+        )
         raise ApiError(408, message, headers=_CLOSE) from None
     except ClientDisconnect:
         raise ClientDisconnected from None
@@ -128,14 +135,20 @@ def _check_text(text: str, path: list[str | int], param: str | None) -> None:
         ) from None
 
 
+def _no_constant(name: str) -> Any:
+    # NaN and Infinity are not JSON; accepted, they would be echoed into replies no client can parse.
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def loads_checked(raw: str | bytes, *, what: str, param: str | None = None) -> Any:
     """`json.loads` for client-supplied JSON, with the depth and Unicode checks; a 400 when it fails."""
     try:
-        value = json.loads(raw)
+        # Strict UTF-8 first: json.loads(bytes) would let encoded lone surrogates through.
+        value = json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw, parse_constant=_no_constant)
     except RecursionError:
         message = f"The JSON in {what} is nested more than {MAX_JSON_DEPTH} levels deep."
         raise bad_request(message, param=param) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as err:
         raise bad_request(f"{what[:1].upper()}{what[1:]} is not valid JSON: {err}", param=param) from None
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     check_json_value(value, check_text=_SURROGATE_ESCAPE.search(data) is not None, param=param)

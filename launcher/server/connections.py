@@ -6,8 +6,9 @@ process runs out and even /health stops answering. Here:
 - a connection must complete a request's headers within `HEADER_TIMEOUT_S` of opening (or of
   its previous response, plus the keep-alive idle time), or it is closed;
 - at most `max_connections` are open. Past the cap, the oldest connection that is not serving a
-  request (never sent one, or idle between requests) is closed to make room, so idle hoarders
-  cannot lock out a real client; only when every connection is busy does the newcomer get a 503.
+  request (never sent one, or idle between requests) is closed to make room, else the oldest one
+  still sending its request body (slow uploaders hold no work yet), so idle or trickling clients
+  cannot lock out a real one; only when every connection is being served does a newcomer get a 503.
 Request bodies have their own deadline where they are read (`body.py`).
 
 This subclasses uvicorn's h11 protocol (always installed with uvicorn) and uses its `cycle`,
@@ -23,6 +24,7 @@ import sys
 import time
 from typing import Any
 
+import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,8 @@ class GuardedH11Protocol(H11Protocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._idle_since: float | None = None  # set while no request is in progress
         self._seen_cycle: object = None
+        self._refused = False
+        self._request_since = 0.0  # when the request in progress began
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Register, make room under the cap (or refuse), and start the header deadline."""
@@ -66,14 +70,22 @@ class GuardedH11Protocol(H11Protocol):
         self._idle(self.header_timeout_s)
         if len(self.connections) > self.max_connections and not self._evict_idle():
             log.warning("refused a connection: %d open, all serving requests", len(self.connections) - 1)
+            self._refused = True
+            self._busy()
             transport.write(_BUSY_RESPONSE)
-            transport.close()
+            transport.write_eof()
+            # Read (and drop) what the client sends meanwhile: closing with unread data would reset
+            # the connection, and the client would see a reset instead of the 503.
+            self.loop.call_later(1.0, transport.close)
 
     def data_received(self, data: bytes) -> None:
         """Read as uvicorn does; a request whose headers are complete stops the deadline."""
+        if self._refused:
+            return
         super().data_received(data)
         if self.cycle is not None and self.cycle is not self._seen_cycle:
             self._seen_cycle = self.cycle
+            self._request_since = time.monotonic()
             self._busy()
 
     def on_response_complete(self) -> None:
@@ -104,17 +116,19 @@ class GuardedH11Protocol(H11Protocol):
             self.transport.close()
 
     def _evict_idle(self) -> bool:
-        """Close the longest-idle other connection that is not serving a request; False if none is."""
-        idle = [
-            c
-            for c in self.connections
-            if c is not self and isinstance(c, GuardedH11Protocol) and c._idle_since is not None
-        ]
-        if not idle:
-            return False
-        oldest = min(idle, key=lambda c: c._idle_since or 0.0)
-        oldest._busy()
-        oldest.transport.close()
+        """Make room: close the longest-idle other connection, else the oldest one whose request body
+        is still arriving (no work has started for it); False if every other one is being served."""
+        others = [c for c in self.connections if c is not self and isinstance(c, GuardedH11Protocol)]
+        idle = [c for c in others if c._idle_since is not None and not c._refused]
+        if idle:
+            victim = min(idle, key=lambda c: c._idle_since or 0.0)
+        else:
+            uploading = [c for c in others if c.conn.their_state is h11.SEND_BODY and not c._refused]
+            if not uploading:
+                return False
+            victim = min(uploading, key=lambda c: c._request_since)
+        victim._busy()
+        victim.transport.close()
         return True
 
 

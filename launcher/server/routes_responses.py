@@ -70,8 +70,9 @@ def _input_messages(body: ResponsesRequest) -> list[dict[str, Any]]:
                 arguments = json.dumps({"input": item.get("input", "")}, ensure_ascii=False)
             _assistant_call(messages, _call(item["call_id"], item["name"], arguments))
         elif kind == "local_shell_call":
-            action = item.get("action") or {}
-            arguments = json.dumps({"command": action.get("command", [])}, ensure_ascii=False)
+            action = item.get("action")
+            command = action.get("command", []) if isinstance(action, dict) else []
+            arguments = json.dumps({"command": command}, ensure_ascii=False)
             _assistant_call(messages, _call(str(item.get("call_id") or item.get("id")), "local_shell", arguments))
         elif kind in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
             output = item.get("output")
