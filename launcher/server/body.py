@@ -157,8 +157,8 @@ def loads_checked(raw: str | bytes, *, what: str, param: str | None = None) -> A
 
 async def read_json_object(request: Request) -> dict[str, Any]:
     """The body as a JSON object, after the content-type, size, time, depth and Unicode checks."""
+    raw = await read_body(request)  # read first even when refused: a client still sending would be reset
     check_content_type(request)
-    raw = await read_body(request)
     if len(raw) >= _THREAD_PARSE_BYTES:
         data = await anyio.to_thread.run_sync(lambda: loads_checked(raw, what="the request body"))
     else:

@@ -94,4 +94,4 @@ async def test_close_ends_open_requests_and_leaves_no_threads(tiny_mlx_model: Pa
     assert [event async for event in waiting][-1].finish_reason == "cancelled"
     assert set(threading.enumerate()) <= before
     late = [event async for event in model.generate(greedy(prompt, 3))]
-    assert late[-1].finish_reason == "error"
+    assert late[-1].finish_reason == "cancelled" and late[-1].error  # the server answers 503: not loaded
