@@ -19,6 +19,11 @@ API_KEY_ENV = "LAUNCHER_API_KEY"
 """The environment variable `launcher serve` reads its API key from when no flag gives one (the app
 passes its key this way, so the key never shows in the process list)."""
 
+DEFAULT_SWA_CHECKPOINTS = 8
+"""Sliding-window checkpoints llama.cpp keeps per slot (see `ServeConfig.swa_checkpoints`)."""
+DEFAULT_SWA_CHECKPOINT_MB = 1024
+"""Memory all of them may hold together, in MB."""
+
 EngineName = Literal["auto", "llamacpp", "mlx", "exllamav2", "exllamav3"]
 
 
@@ -75,6 +80,21 @@ class ServeConfig(BaseModel):
     kv_cache_type: Literal["f16", "q8_0", "q4_0"] = Field("f16", description="KV cache element type")
     prefix_cache_tokens: int | None = Field(
         None, ge=0, description="tokens of idle KV kept for prefix reuse (default: whatever is free)"
+    )
+    # Sliding-window models (Gemma 3, gpt-oss, ...) keep only the window in those layers, so a
+    # prefix that ends before the window can only be reused from a saved copy of the window
+    # (a checkpoint). A request saves at most two (n_batch + 4 and 4 tokens before its prompt's
+    # end); one holds the window's K and V: 7.5 MB for the starter, ~0.4 GB for Gemma 3 27B.
+    swa_checkpoints: int = Field(
+        DEFAULT_SWA_CHECKPOINTS,
+        ge=0,
+        le=64,
+        description="llama.cpp: sliding-window checkpoints kept per slot for prefix reuse (0: none)",
+    )
+    swa_checkpoint_mb: int = Field(
+        DEFAULT_SWA_CHECKPOINT_MB,
+        ge=0,
+        description="llama.cpp: memory all sliding-window checkpoints may hold together, in MB",
     )
     # 500 ms: on a 2-core CPU with the starter, a 1,450-token prompt arriving next to 3 streams took
     # 4.9 s to its first token with max 0.6 s gaps in the others, vs 3.5-4.2 s and 1.2-1.8 s gaps
