@@ -22,7 +22,7 @@ passes its key this way, so the key never shows in the process list)."""
 DEFAULT_SWA_CHECKPOINTS = 8
 """Sliding-window checkpoints llama.cpp keeps per slot (see `ServeConfig.swa_checkpoints`)."""
 DEFAULT_SWA_CHECKPOINT_MB = 1024
-"""Memory all of them may hold together, in MB."""
+"""Memory all of them may hold together, in MiB."""
 
 EngineName = Literal["auto", "llamacpp", "mlx", "exllamav2", "exllamav3"]
 
@@ -94,7 +94,7 @@ class ServeConfig(BaseModel):
     swa_checkpoint_mb: int = Field(
         DEFAULT_SWA_CHECKPOINT_MB,
         ge=0,
-        description="llama.cpp: memory all sliding-window checkpoints may hold together, in MB",
+        description="llama.cpp: memory all sliding-window checkpoints may hold together, in MiB",
     )
     # 500 ms: on a 2-core CPU with the starter, a 1,450-token prompt arriving next to 3 streams took
     # 4.9 s to its first token with max 0.6 s gaps in the others, vs 3.5-4.2 s and 1.2-1.8 s gaps

@@ -187,6 +187,11 @@ class EngineStats:
     # Tokens processed since load (counters): the server derives prefill/decode tok/s from their deltas.
     prefill_tokens_total: int = 0
     decode_tokens_total: int = 0
+    # Sliding-window checkpoints (llama.cpp): held now, the most that may be held, restores since load.
+    swa_checkpoints: int = 0
+    swa_checkpoints_max: int = 0
+    swa_checkpoint_budget_bytes: int = 0
+    swa_checkpoint_restores: int = 0
 
 
 class QueueFullError(Exception):

@@ -63,6 +63,12 @@ class _EngineCollector(Collector):
             "launcher_requests_waiting": ("requests queued for a free sequence", stats.requests_waiting),
             "launcher_kv_cache_used_tokens": ("KV cache cells in use", stats.kv_cache_used_tokens),
             "launcher_kv_cache_total_tokens": ("KV cache cells in total", stats.kv_cache_total_tokens),
+            "launcher_swa_checkpoints": ("sliding-window checkpoints held for prefix reuse", stats.swa_checkpoints),
+            "launcher_swa_checkpoints_max": ("the most checkpoints all slots may hold", stats.swa_checkpoints_max),
+            "launcher_swa_checkpoint_budget_bytes": (
+                "the most memory checkpoints may hold (bytes held: launcher_engine_memory_bytes{kind=swa_checkpoints})",
+                stats.swa_checkpoint_budget_bytes,
+            ),
         }
         for name, (doc, value) in gauges.items():
             yield GaugeMetricFamily(name, doc, value=value)
@@ -72,6 +78,10 @@ class _EngineCollector(Collector):
             "launcher_prefix_cache_hits": ("requests that reused cached prompt tokens", stats.prefix_cache_hits),
             "launcher_prefix_cache_misses": ("requests that reused nothing", stats.prefix_cache_misses),
             "launcher_prefix_cache_hit_tokens": ("prompt tokens served from cache", stats.prefix_cache_hit_tokens),
+            "launcher_swa_checkpoint_restores": (
+                "prefixes reused by restoring a sliding-window checkpoint",
+                stats.swa_checkpoint_restores,
+            ),
         }
         for name, (doc, value) in counters.items():
             yield CounterMetricFamily(name, doc, value=value)

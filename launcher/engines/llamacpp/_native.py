@@ -28,7 +28,7 @@ _GGML_TO_LOGGING = {
 
 _lock = threading.Lock()
 _initialised = False
-_log_tail: collections.deque[str] = collections.deque(maxlen=60)
+_log_tail: collections.deque[str] = collections.deque(maxlen=200)  # a context's creation logs ~100 lines
 _last_level = logging.DEBUG
 _callback_ref: Any = None  # keeps the ctypes callback alive for as long as llama.cpp may call it
 

@@ -13,7 +13,10 @@ go to the request's asyncio queue on the server's loop.
 Slots are llama.cpp sequence ids. A slot keeps the tokens whose KV it holds after its request
 ends, so a later request sharing a prefix (an agent resending its system prompt) starts after the
 shared part: from the same slot, or by copying the prefix cells from another slot (`seq_cp`,
-which shares cells in the unified KV cache instead of copying data).
+which shares cells in the unified KV cache instead of copying data). In a sliding-window model
+the SWA layers keep only the window, so a prefix is reusable only while they still hold the
+positions before its end; when they do not, the nearest checkpoint (`_checkpoints`) is restored
+and the rest read. Prompt chunks stop at a request's checkpoint positions so it can save them.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import numpy.typing as npt
 from launcher.engines._jobs import EventOutbox, RequestPace, SchedulerCounters, Tally, append_bounded, refusal
 from launcher.engines.base import FinishReason, GenerationEvent, GenerationRequest, TokenLogprob
 from launcher.engines.llamacpp._batch import TokenBatch
+from launcher.engines.llamacpp._checkpoints import CheckpointStore, checkpoint_positions
 from launcher.engines.llamacpp._pacing import StepClock, burst_wait, prompt_takes
 from launcher.engines.llamacpp._sampling import (
     ConstraintError,
@@ -73,6 +77,7 @@ class _Slot:
     step_tokens: int = 0
     n_generated: int = 0
     cached_prompt_tokens: int = 0
+    checkpoint_at: list[int] = field(default_factory=list)  # prompt positions still to save a checkpoint at
     decoder: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
 
 
@@ -94,6 +99,8 @@ class Scheduler:
         prefill_stall_s: float,
         eog_tokens: frozenset[int],
         piece: Callable[[int], bytes],
+        swa_window: int = 0,
+        checkpoints: CheckpointStore | None = None,
     ) -> None:
         self._ll = llama_cpp
         self._ctx = context_pointer
@@ -109,6 +116,8 @@ class Scheduler:
         self._is_eog = np.zeros(n_vocab, dtype=bool)
         self._is_eog[list(eog_tokens)] = True
         self._piece = piece
+        self._swa_window = swa_window  # 0: no sliding-window layers
+        self._checkpoints = checkpoints if swa_window and checkpoints is not None and checkpoints.enabled else None
         self._batch = TokenBatch(llama_cpp, n_batch, parallel, context)
         self._slots = [_Slot(seq_id=i, cache=np.zeros(context, dtype=np.int32)) for i in range(parallel)]
         self._running: list[_Slot] = []  # admission order = prefill priority (FIFO)
@@ -265,6 +274,9 @@ class Scheduler:
                 assert slot.job is not None
                 slot.cache[start : start + slot.step_tokens] = slot.job.prompt[start : start + slot.step_tokens]
             slot.n_cached = start + slot.step_tokens
+            if slot.checkpoint_at and slot.n_cached == slot.checkpoint_at[0]:
+                slot.checkpoint_at.pop(0)
+                self._save_checkpoint(slot)
         for slot in list(self._running):
             if slot.out_index >= 0:
                 self._sample(slot)
@@ -272,15 +284,21 @@ class Scheduler:
     def _plan_prefill(self, batch: TokenBatch, room: int) -> None:
         """Add the prompt chunks `prompt_takes` gives to the batch, in admission order."""
         reading = [slot for slot in self._running if slot.pending_token < 0]
-        remaining = [len(slot.job.prompt) - slot.n_cached for slot in reading if slot.job is not None]
-        for slot, left, take in zip(reading, remaining, prompt_takes(remaining, room, batch.free), strict=True):
+        # a chunk ends at the next checkpoint position, so the state there can be saved after the step
+        remaining = [self._read_until(slot) - slot.n_cached for slot in reading]
+        for slot, take in zip(reading, prompt_takes(remaining, room, batch.free), strict=True):
             if take <= 0:
                 continue
             assert slot.job is not None
+            last = slot.n_cached + take == len(slot.job.prompt)
             chunk = slot.job.prompt[slot.n_cached : slot.n_cached + take]
-            index = batch.add_chunk(chunk, slot.n_cached, slot.seq_id, logits_last=take == left)
-            slot.out_index = index if take == left else -1
+            index = batch.add_chunk(chunk, slot.n_cached, slot.seq_id, logits_last=last)
+            slot.out_index = index if last else -1
             slot.step_tokens = take
+
+    def _read_until(self, slot: _Slot) -> int:
+        assert slot.job is not None
+        return slot.checkpoint_at[0] if slot.checkpoint_at else len(slot.job.prompt)
 
     def _decode(self, batch: TokenBatch) -> bool:
         result = int(self._ll.llama_decode(self._ctx, batch.prepared()))
@@ -362,19 +380,66 @@ class Scheduler:
             self._ll.llama_memory_seq_rm(self._mem, slot.seq_id, -1, -1)
             self._ll.llama_memory_seq_cp(self._mem, donor.seq_id, slot.seq_id, 0, reuse)
             slot.cache[:reuse] = prompt[:reuse]
+            self._forget_checkpoints(slot, 0)  # they were of the tokens this slot held before
+            shared[slot.seq_id] = 0
         elif not self._ll.llama_memory_seq_rm(self._mem, slot.seq_id, reuse, -1):
             reuse = 0
-        if reuse > 0 and self._ll.llama_memory_seq_pos_min(self._mem, slot.seq_id) > 0:
-            reuse = 0  # the cache dropped early positions (sliding window): nothing reusable
+        if reuse > 0 and not self._window_holds(slot.seq_id, reuse):
+            reuse = self._from_checkpoint(slot, reuse, shared)
         if reuse == 0:
             self._ll.llama_memory_seq_rm(self._mem, slot.seq_id, -1, -1)
+        self._forget_checkpoints(slot, reuse)
         slot.n_cached = reuse
+        if self._checkpoints is not None:
+            slot.checkpoint_at = checkpoint_positions(len(prompt), reuse, self._batch.capacity)
         self._tally.prefix_lookup(reuse)
         slot.job, slot.sampler = job, sampler
         slot.pending_token, slot.out_index, slot.n_generated = -1, -1, 0
         slot.cached_prompt_tokens = reuse
         slot.decoder.reset()
         self._running.append(slot)
+
+    def _window_holds(self, seq_id: int, n_tokens: int) -> bool:
+        """Whether the sequence's cache still holds what a token after its first `n_tokens` attends to.
+
+        Sliding-window layers drop positions older than the window (lazily, when their cells are
+        needed); full attention needs every position from 0. llama.cpp reports the oldest position
+        the sequence still holds in any layer, as llama-server checks it.
+        """
+        oldest = int(self._ll.llama_memory_seq_pos_min(self._mem, seq_id))
+        if oldest < 0:
+            return False
+        return oldest <= (max(0, n_tokens - self._swa_window) if self._swa_window else 0)
+
+    def _from_checkpoint(self, slot: _Slot, reuse: int, shared: dict[int, int]) -> int:
+        """The slot holds `reuse` prompt tokens in full attention, but its window moved past them:
+        restore the checkpoint that reads the most of them and return how many it covers (0: none)."""
+        store = self._checkpoints
+        found = store.best((seq_id, min(n, reuse)) for seq_id, n in shared.items()) if store else None
+        if store is not None and found is not None:
+            _, checkpoint = found
+            n_tokens = checkpoint.n_tokens
+            if store.restore(checkpoint, slot.seq_id):
+                self._ll.llama_memory_seq_rm(self._mem, slot.seq_id, n_tokens, -1)
+                if self._window_holds(slot.seq_id, n_tokens):
+                    return n_tokens
+        if not self._swa_window:
+            why = "the cache no longer holds its start"
+        elif store is None:
+            why = f"the sliding-window layers ({self._swa_window} tokens) moved past it and checkpoints are off"
+        else:
+            why = f"the sliding-window layers ({self._swa_window} tokens) moved past it and no checkpoint covers it"
+        log.info("reading the whole prompt: it shares %d tokens with a cached one, but %s", reuse, why)
+        return 0
+
+    def _save_checkpoint(self, slot: _Slot) -> None:
+        assert self._checkpoints is not None
+        if not self._checkpoints.save(slot.seq_id, slot.n_cached):
+            log.debug("no checkpoint at %d tokens for sequence %d (over the memory budget)", slot.n_cached, slot.seq_id)
+
+    def _forget_checkpoints(self, slot: _Slot, n_tokens: int) -> None:
+        if self._checkpoints is not None:
+            self._checkpoints.truncate(slot.seq_id, n_tokens)
 
     def _finish(self, slot: _Slot, reason: FinishReason, error: str | None = None) -> None:
         job = slot.job
@@ -394,6 +459,7 @@ class Scheduler:
         if slot.sampler is not None:
             self._ll.llama_sampler_free(slot.sampler)
         slot.job, slot.sampler, slot.pending_token = None, None, -1
+        slot.checkpoint_at = []
         self._running.remove(slot)
         self._tick += 1
         slot.last_used = self._tick
@@ -406,6 +472,7 @@ class Scheduler:
     def _clear(self, slot: _Slot) -> None:
         self._ll.llama_memory_seq_rm(self._mem, slot.seq_id, -1, -1)
         slot.n_cached = 0
+        self._forget_checkpoints(slot, 0)
 
     def _evict_idle(self, budget: int) -> bool:
         """Drop least recently used idle prefix caches until they hold <= budget tokens."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from launcher.core.errors import EngineError
 from launcher.engines._jobs import UNLOADED, prompt_problem, refusal
 from launcher.engines._streaming import EventStream
 from launcher.engines.base import REPLY_MARKERS, EngineStats, GenerationEvent, GenerationRequest, ModelInfo
+from launcher.engines.llamacpp._checkpoints import CheckpointStore
 from launcher.engines.llamacpp._embedding import Embedder
 from launcher.engines.llamacpp._sampling import ConstraintError, check_grammar, compile_constraint
 from launcher.engines.llamacpp._scheduler import Job, Scheduler
@@ -40,6 +42,7 @@ class RuntimeSettings:
     prefix_cache_tokens: int | None
     prefill_stall_s: float
     memory: dict[str, int]
+    swa_window: int = 0  # tokens the sliding-window layers see; 0 when the model has none
 
 
 class LlamaCppModel:
@@ -54,6 +57,7 @@ class LlamaCppModel:
         settings: RuntimeSettings,
         eog_tokens: frozenset[int],
         embedder: Embedder | None,
+        checkpoints: CheckpointStore | None = None,
     ) -> None:
         self.info = info
         self._ll = llama_cpp
@@ -66,6 +70,7 @@ class LlamaCppModel:
         self._markers = self._marker_tokens()
         self._embedder = embedder
         self._closed = False
+        self._checkpoints = checkpoints if settings.swa_window else None
         self._scheduler = Scheduler(
             llama_cpp,
             context_pointer,
@@ -79,6 +84,8 @@ class LlamaCppModel:
             prefill_stall_s=settings.prefill_stall_s,
             eog_tokens=eog_tokens,
             piece=self.token_bytes,
+            swa_window=settings.swa_window,
+            checkpoints=self._checkpoints,
         )
         self._scheduler.start()
 
@@ -188,7 +195,19 @@ class LlamaCppModel:
     def stats(self) -> EngineStats:
         """Live numbers for /metrics (cheap; called from the event loop)."""
         counters = self._scheduler.counters()
-        return counters.engine_stats(kv_total_tokens=self._settings.n_ctx, memory=dict(self._settings.memory))
+        memory = dict(self._settings.memory)
+        stats = counters.engine_stats(kv_total_tokens=self._settings.n_ctx, memory=memory)
+        store = self._checkpoints
+        if store is None:
+            return stats
+        memory["swa_checkpoints"] = store.bytes
+        return dataclasses.replace(
+            stats,
+            swa_checkpoints=store.count,
+            swa_checkpoints_max=store.per_slot * self._settings.parallel,
+            swa_checkpoint_budget_bytes=store.budget_bytes,
+            swa_checkpoint_restores=store.restored,
+        )
 
     def close(self) -> None:
         """Stop the scheduler thread (open requests end as cancelled) and free the model."""

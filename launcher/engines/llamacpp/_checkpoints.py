@@ -1,0 +1,133 @@
+"""Sliding-window checkpoints: saved copies of a sequence's window, so prefixes stay reusable.
+
+In a sliding-window (SWA) model most layers attend only to the last `window` tokens, and
+llama.cpp's windowed cache keeps only those (the full-size alternative costs a gigabyte for the
+starter at 32k x 4, and decides fit for Gemma 3 27B). Reusing a cached prefix that ends
+earlier than the window's start is then impossible from the cache alone: the SWA layers no
+longer hold the positions the next token must see. A checkpoint is the SWA part of one
+sequence's state (`llama_state_seq_get_data_ext` with the partial-only flag) taken when the
+sequence had read exactly `n_tokens` tokens. Restoring it into a slot whose full-attention
+layers hold at least those tokens brings the slot back to that point; only the rest is read.
+
+This is what llama.cpp's own server does. A request saves at most two, a batch + 4 and 4 tokens
+before its prompt's end: the next agent turn repeats the prompt and diverges in the reply or the
+last few template tokens. They are bounded per slot and in memory; the oldest go first.
+All methods run on the scheduler thread, which owns the context; the totals are read from others.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+log = logging.getLogger("launcher.engines.llamacpp")
+
+_SWA_ONLY = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY (= SWA_ONLY): the parts that cannot be rolled back
+TAIL_TOKENS = 4  # how far before a prompt's end the last checkpoint goes (as llama-server)
+
+_order = itertools.count()
+
+
+@dataclass(eq=False)
+class Checkpoint:
+    """The SWA state of one sequence after it had read `n_tokens` tokens."""
+
+    n_tokens: int
+    data: npt.NDArray[np.uint8]
+    order: int = field(default_factory=lambda: next(_order))
+
+
+def checkpoint_positions(prompt_tokens: int, start: int, batch_tokens: int) -> list[int]:
+    """Where a request reading `prompt_tokens` from `start` saves checkpoints, in order."""
+    wanted = {prompt_tokens - TAIL_TOKENS - batch_tokens, prompt_tokens - TAIL_TOKENS}
+    return sorted(position for position in wanted if position > start)
+
+
+class CheckpointStore:
+    """Checkpoints per sequence, at most `per_slot` each and `budget_bytes` all together."""
+
+    def __init__(self, llama_cpp: ModuleType, context_pointer: Any, *, per_slot: int, budget_bytes: int) -> None:
+        self._ll = llama_cpp
+        self._ctx = context_pointer
+        self.per_slot = per_slot
+        self.budget_bytes = budget_bytes
+        self._by_seq: dict[int, list[Checkpoint]] = {}
+        self.count = 0
+        self.bytes = 0
+        self.saved = 0
+        self.restored = 0
+
+    @property
+    def enabled(self) -> bool:
+        """False when the settings allow no checkpoint at all."""
+        return self.per_slot > 0 and self.budget_bytes > 0
+
+    def save(self, seq_id: int, n_tokens: int) -> bool:
+        """Save `seq_id`'s SWA state as having read `n_tokens` tokens; False when it cannot be kept."""
+        size = int(self._ll.llama_state_seq_get_size_ext(self._ctx, seq_id, _SWA_ONLY))
+        if size <= 0 or size > self.budget_bytes:
+            return False
+        data = np.empty(size, dtype=np.uint8)
+        written = int(self._ll.llama_state_seq_get_data_ext(self._ctx, _pointer(data), size, seq_id, _SWA_ONLY))
+        if written <= 0:
+            return False
+        kept = self._by_seq.setdefault(seq_id, [])
+        for old in [c for c in kept if c.n_tokens == n_tokens]:
+            self._remove(seq_id, old)
+        while len(kept) >= self.per_slot:
+            self._remove(seq_id, kept[0])
+        while self.bytes + written > self.budget_bytes and self._evict_oldest():
+            pass
+        kept.append(Checkpoint(n_tokens=n_tokens, data=data[:written]))
+        self.count += 1
+        self.bytes += written
+        self.saved += 1
+        return True
+
+    def best(self, prefixes: Iterable[tuple[int, int]]) -> tuple[int, Checkpoint] | None:
+        """The checkpoint reading the most tokens among those valid for a prompt: `prefixes` gives
+        (seq_id, n) pairs, where that sequence's cached tokens equal the prompt's first n."""
+        found: tuple[int, Checkpoint] | None = None
+        for seq_id, usable in prefixes:
+            for checkpoint in self._by_seq.get(seq_id, ()):
+                if checkpoint.n_tokens <= usable and (found is None or checkpoint.n_tokens > found[1].n_tokens):
+                    found = (seq_id, checkpoint)
+        return found
+
+    def restore(self, checkpoint: Checkpoint, seq_id: int) -> bool:
+        """Put `checkpoint`'s SWA state into `seq_id` (its full-attention cells stay as they are)."""
+        data = checkpoint.data
+        read = int(self._ll.llama_state_seq_set_data_ext(self._ctx, _pointer(data), len(data), seq_id, _SWA_ONLY))
+        if read > 0:
+            self.restored += 1
+        return read > 0
+
+    def truncate(self, seq_id: int, n_tokens: int) -> None:
+        """`seq_id` now holds only its first `n_tokens` tokens: drop checkpoints past them."""
+        for checkpoint in [c for c in self._by_seq.get(seq_id, ()) if c.n_tokens > n_tokens]:
+            self._remove(seq_id, checkpoint)
+
+    def _remove(self, seq_id: int, checkpoint: Checkpoint) -> None:
+        self._by_seq[seq_id].remove(checkpoint)
+        self.count -= 1
+        self.bytes -= len(checkpoint.data)
+
+    def _evict_oldest(self) -> bool:
+        everything = [(c.order, seq_id, c) for seq_id, kept in self._by_seq.items() for c in kept]
+        if not everything:
+            return False
+        _, seq_id, checkpoint = min(everything, key=lambda item: item[0])
+        self._remove(seq_id, checkpoint)
+        return True
+
+
+def _pointer(data: npt.NDArray[np.uint8]) -> Any:
+    return data.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
