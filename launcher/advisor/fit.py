@@ -3,10 +3,11 @@
 Follows DOMAIN.md section 3:
     weights  = total_params * bits_per_weight / 8          (all experts for MoE)
     kv_cache = 2 * layers * kv_heads * head_dim * context * bytes_per_elem * parallel
-               (sliding-window layers keep only the window)
+               (sliding-window layers keep less: how much depends on the engine, see `SlidingCache`)
     overhead = runtime + compute buffers + a safety margin
 A discrete GPU must hold its share within its *free* VRAM; Apple GPUs may only wire part of
 unified memory; what does not fit on GPUs goes to system RAM layer by layer (llama.cpp offload).
+llama.cpp's sliding-window checkpoints live in host RAM, next to (not on) the GPU.
 """
 
 from __future__ import annotations
@@ -16,11 +17,21 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from launcher.catalog.schema import Architecture
+from launcher.core.config import DEFAULT_SWA_CHECKPOINT_MB, DEFAULT_SWA_CHECKPOINTS
 from launcher.core.units import GIB, MIB, format_bytes
 from launcher.hardware.machine import Machine
 
 Verdict = Literal["full_gpu", "unified", "partial", "cpu", "wont_fit"]
 KvType = Literal["f16", "q8_0", "q4_0"]
+SlidingCache = Literal["window", "llamacpp", "full"]
+"""How an engine sizes the KV cache of sliding-window layers:
+
+- "window": every sequence keeps only its window (mlx-lm's rotating caches, vLLM);
+- "llamacpp": one cache shared by all sequences (kv_unified); sliding layers hold
+  `window * parallel` cells plus one micro-batch, padded to 256 cells, and copies of a
+  sequence's window (checkpoints) are kept in host RAM so prefixes stay reusable;
+- "full": sliding layers are as large as the full-attention ones.
+"""
 
 VERDICT_LABELS: dict[str, str] = {
     "full_gpu": "full GPU",
@@ -36,7 +47,11 @@ CUDA_RUNTIME_BYTES = 400 * MIB  # CUDA context + cuBLAS workspaces per card
 METAL_RUNTIME_BYTES = 256 * MIB
 CPU_RESERVE_BYTES = 1 * GIB  # keep this much RAM for the OS, the app and the desktop
 SAFETY_MARGIN = 0.05  # of weights + KV: allocator fragmentation, graph growth
-UBATCH_TOKENS = 512
+UBATCH_TOKENS = 512  # llama.cpp's n_ubatch in our engine
+KV_CELL_PAD = 256  # llama.cpp rounds the sliding-window cache up to a multiple of this many cells
+
+VERDICT_RANK: dict[str, int] = {"full_gpu": 0, "unified": 0, "cpu": 1, "partial": 2, "wont_fit": 9}
+"""Best first: everything on the GPU, then CPU only, then a partial offload, then nothing."""
 
 
 @dataclass(frozen=True)
@@ -49,16 +64,26 @@ class DeviceFit:
     overhead: int
     free: int
     total: int
+    checkpoints: int = 0  # llama.cpp sliding-window checkpoints (host RAM only)
 
     @property
     def used(self) -> int:
         """Bytes this device must hold."""
-        return self.weights + self.kv_cache + self.overhead
+        return self.weights + self.kv_cache + self.overhead + self.checkpoints
 
     @property
     def fits(self) -> bool:
         """True when the share fits in the free memory."""
         return self.used <= self.free
+
+    def describe(self) -> str:
+        """'GPU 0: ...: weights 15.4 GiB | KV 3.1 GiB | overhead 1.6 GiB | free 23.0 GiB'."""
+        checkpoints = f" | KV checkpoints {format_bytes(self.checkpoints)}" if self.checkpoints else ""
+        return (
+            f"{self.device}: weights {format_bytes(self.weights)} | KV {format_bytes(self.kv_cache)} | "
+            f"overhead {format_bytes(self.overhead)}{checkpoints} | free {format_bytes(self.free)}"
+            + ("" if self.fits else "  (over)")
+        )
 
 
 @dataclass(frozen=True)
@@ -76,11 +101,12 @@ class FitResult:
     parallel: int
     kv_type: KvType
     advice: tuple[str, ...] = ()
+    checkpoint_bytes: int = 0  # llama.cpp sliding-window checkpoints at most, in host RAM
 
     @property
     def needed_bytes(self) -> int:
         """Total bytes the load needs, all devices together."""
-        return self.weights_bytes + self.kv_bytes + self.overhead_bytes
+        return self.weights_bytes + self.kv_bytes + self.overhead_bytes + self.checkpoint_bytes
 
     @property
     def fits(self) -> bool:
@@ -96,15 +122,8 @@ class FitResult:
         return base
 
     def breakdown(self) -> str:
-        """One line per device: weights | KV | overhead | free."""
-        lines = []
-        for dev in self.devices:
-            lines.append(
-                f"{dev.device}: weights {format_bytes(dev.weights)} | KV {format_bytes(dev.kv_cache)} | "
-                f"overhead {format_bytes(dev.overhead)} | free {format_bytes(dev.free)}"
-                + ("" if dev.fits else "  (over)")
-            )
-        return "\n".join(lines)
+        """One line per device: weights | KV | overhead | (KV checkpoints |) free."""
+        return "\n".join(dev.describe() for dev in self.devices)
 
 
 def weights_bytes(arch: Architecture, bits_per_weight: float) -> int:
@@ -112,23 +131,67 @@ def weights_bytes(arch: Architecture, bits_per_weight: float) -> int:
     return int(arch.params_total_b * 1e9 * bits_per_weight / 8)
 
 
+def _kv_cell_bytes(arch: Architecture, kv_type: KvType) -> float:
+    """K and V of one token in one layer."""
+    return 2 * arch.kv_heads * arch.head_dim * KV_BYTES_PER_ELEMENT[kv_type]
+
+
+def _sliding_layers(arch: Architecture) -> int:
+    """Layers that attend over a sliding window (0 when the model has none)."""
+    if arch.sliding_window and arch.full_attention_layers is not None:
+        return arch.layers - arch.full_attention_layers
+    return 0
+
+
+def _pad(cells: int, multiple: int) -> int:
+    return -(-cells // multiple) * multiple
+
+
 def kv_cache_bytes(
     arch: Architecture,
     context: int,
     parallel: int = 1,
     kv_type: KvType = "f16",
-    sliding_window_aware: bool = True,
+    sliding: SlidingCache = "window",
 ) -> int:
-    """KV cache bytes for `parallel` sequences of `context` tokens (sliding layers keep only the window)."""
-    per_token_per_layer = 2 * arch.kv_heads * arch.head_dim * KV_BYTES_PER_ELEMENT[kv_type]
-    if sliding_window_aware and arch.sliding_window and arch.full_attention_layers is not None:
-        full = arch.full_attention_layers
-        sliding = arch.layers - full
-        window = min(arch.sliding_window, context)
-        tokens_layers = full * context + sliding * window
+    """KV cache bytes for `parallel` sequences of `context` tokens, with sliding layers sized as `sliding` says."""
+    sliding_layers = _sliding_layers(arch)
+    full_layers = arch.layers - sliding_layers
+    if not sliding_layers or sliding == "full":
+        cells = arch.layers * context * parallel
+    elif sliding == "llamacpp":
+        # llama.cpp (llama-kv-cache-iswa.cpp), one unified cache for all sequences:
+        # GGML_PAD(min(size_base, n_swa * n_seq_max + n_ubatch), 256) cells in each sliding layer.
+        size_base = context * parallel
+        assert arch.sliding_window is not None
+        swa_cells = min(size_base, _pad(arch.sliding_window * parallel + UBATCH_TOKENS, KV_CELL_PAD))
+        cells = full_layers * size_base + sliding_layers * swa_cells
     else:
-        tokens_layers = arch.layers * context
-    return int(per_token_per_layer * tokens_layers * parallel)
+        assert arch.sliding_window is not None
+        cells = (full_layers * context + sliding_layers * min(arch.sliding_window, context)) * parallel
+    return int(_kv_cell_bytes(arch, kv_type) * cells)
+
+
+def swa_checkpoint_bytes(
+    arch: Architecture,
+    context: int,
+    parallel: int = 1,
+    kv_type: KvType = "f16",
+    *,
+    per_slot: int = DEFAULT_SWA_CHECKPOINTS,
+    limit_mb: int = DEFAULT_SWA_CHECKPOINT_MB,
+) -> int:
+    """Host RAM llama.cpp's sliding-window checkpoints may hold, at most (0 without sliding layers).
+
+    One checkpoint is one sequence's window in every sliding layer; each slot keeps up to
+    `per_slot` of them, and all together at most `limit_mb` MiB.
+    """
+    sliding_layers = _sliding_layers(arch)
+    if not sliding_layers:
+        return 0
+    assert arch.sliding_window is not None
+    one = int(sliding_layers * min(arch.sliding_window, context) * _kv_cell_bytes(arch, kv_type))
+    return min(per_slot * parallel * one, limit_mb * MIB)
 
 
 def _compute_buffer_bytes(arch: Architecture) -> int:
@@ -148,14 +211,16 @@ def fit_model(
     kv_type: KvType = "f16",
     use_gpu: bool = True,
     allow_offload: bool = True,
-    sliding_window_aware: bool = True,
+    sliding: SlidingCache = "window",
 ) -> FitResult:
     """Decide where the model goes: all on GPU(s), unified memory, partly offloaded, CPU, or nowhere.
 
     `allow_offload=False` is for engines that cannot split a model between GPU and CPU
-    (ExLlama, MLX): then it is full GPU or will not fit.
+    (ExLlama, MLX): then it is full GPU or will not fit. `sliding` is how the engine sizes
+    sliding-window layers; "llamacpp" also counts its checkpoints in host RAM.
     """
-    kv = kv_cache_bytes(arch, context, parallel, kv_type, sliding_window_aware)
+    kv = kv_cache_bytes(arch, context, parallel, kv_type, sliding)
+    checkpoints = swa_checkpoint_bytes(arch, context, parallel, kv_type) if sliding == "llamacpp" else 0
     compute = _compute_buffer_bytes(arch)
     margin = int(SAFETY_MARGIN * (weights + kv))
     ram_free = max(0, machine.memory.available - CPU_RESERVE_BYTES)
@@ -170,6 +235,7 @@ def fit_model(
         context=context,
         parallel=parallel,
         kv_type=kv_type,
+        checkpoint_bytes=checkpoints,
     )
 
     if use_gpu and machine.apple is not None:
@@ -177,7 +243,7 @@ def fit_model(
     gpus = machine.nvidia_gpus or tuple(g for g in machine.gpus if g.vendor in ("amd", "intel"))
     if use_gpu and gpus:
         return _fit_discrete(machine, base, compute, margin, ram_free, allow_offload)
-    cpu = DeviceFit("CPU RAM", weights, kv, compute + margin, ram_free, machine.memory.total)
+    cpu = DeviceFit("CPU RAM", weights, kv, compute + margin, ram_free, machine.memory.total, checkpoints)
     verdict: Verdict = "cpu" if cpu.fits else "wont_fit"
     return replace(base, verdict=verdict, devices=(cpu,), overhead_bytes=cpu.overhead)
 
@@ -186,6 +252,7 @@ def _fit_apple(machine: Machine, base: FitResult, overhead: int, ram_free: int, 
     assert machine.apple is not None
     # Everything lives in one pool; the GPU may wire at most the limit, and only what is free.
     gpu_free = min(machine.apple.gpu_wired_limit, machine.memory.available)
+    checkpoints = base.checkpoint_bytes
     pool = DeviceFit(
         f"{machine.apple.chip} unified memory (GPU limit {format_bytes(machine.apple.gpu_wired_limit)})",
         base.weights_bytes,
@@ -195,13 +262,30 @@ def _fit_apple(machine: Machine, base: FitResult, overhead: int, ram_free: int, 
         machine.apple.unified_memory,
     )
     if pool.fits:
-        return replace(base, verdict="unified", devices=(pool,), gpu_layers=base.total_layers, overhead_bytes=overhead)
+        devices: tuple[DeviceFit, ...] = (pool,)
+        if checkpoints:
+            # Checkpoints are plain host memory: outside the GPU's wired limit, in what the GPU share leaves.
+            side = DeviceFit(
+                "CPU side of unified memory",
+                0,
+                0,
+                0,
+                max(0, machine.memory.available - pool.used),
+                machine.apple.unified_memory,
+                checkpoints,
+            )
+            devices = (pool, side)
+        if all(d.fits for d in devices):
+            return replace(
+                base, verdict="unified", devices=devices, gpu_layers=base.total_layers, overhead_bytes=overhead
+            )
+        return replace(base, verdict="wont_fit", devices=devices, overhead_bytes=overhead)
     if allow_offload:
         per_layer = (base.weights_bytes + base.kv_bytes) / base.total_layers
         on_gpu = max(0, min(base.total_layers, math.floor((gpu_free - overhead) / per_layer)))
         rest = base.total_layers - on_gpu
         cpu_share = int(per_layer * rest)
-        if on_gpu > 0 and pool.used <= ram_free + overhead:
+        if on_gpu > 0 and pool.used + checkpoints <= ram_free + overhead:
             devices = (
                 replace(
                     pool,
@@ -215,6 +299,7 @@ def _fit_apple(machine: Machine, base: FitResult, overhead: int, ram_free: int, 
                     0,
                     max(0, ram_free - gpu_free),
                     machine.apple.unified_memory,
+                    checkpoints,
                 ),
             )
             return replace(base, verdict="partial", devices=devices, gpu_layers=on_gpu, overhead_bytes=overhead)
@@ -232,6 +317,7 @@ def _fit_discrete(
     layers = base.total_layers
     per_layer = (base.weights_bytes + base.kv_bytes) / layers
     overhead_total = per_card_overhead * n
+    checkpoints = base.checkpoint_bytes
 
     def split(layer_count: int) -> tuple[DeviceFit, ...]:
         # Layers go to cards in proportion to their free memory (llama.cpp's and ExLlama's auto split).
@@ -249,13 +335,17 @@ def _fit_discrete(
         )
 
     if base.weights_bytes + base.kv_bytes <= total_usable:
-        return replace(
-            base, verdict="full_gpu", devices=split(layers), gpu_layers=layers, overhead_bytes=overhead_total
-        )
+        devices = split(layers)
+        if checkpoints:  # everything is on the GPU but the checkpoints, which llama.cpp keeps in RAM
+            host = DeviceFit("CPU RAM", 0, 0, 0, ram_free, machine.memory.total, checkpoints)
+            devices = (*devices, host)
+            if not host.fits:
+                return replace(base, verdict="wont_fit", devices=devices, overhead_bytes=overhead_total)
+        return replace(base, verdict="full_gpu", devices=devices, gpu_layers=layers, overhead_bytes=overhead_total)
     on_gpu = max(0, min(layers, math.floor(total_usable / per_layer))) if allow_offload else 0
     cpu_weights = int(base.weights_bytes * (layers - on_gpu) / layers)
     cpu_kv = int(base.kv_bytes * (layers - on_gpu) / layers)
-    cpu = DeviceFit("CPU RAM", cpu_weights, cpu_kv, compute, ram_free, machine.memory.total)
+    cpu = DeviceFit("CPU RAM", cpu_weights, cpu_kv, compute, ram_free, machine.memory.total, checkpoints)
     if not allow_offload:
         return replace(base, verdict="wont_fit", devices=split(layers), overhead_bytes=overhead_total)
     if on_gpu == 0:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from launcher.advisor.fit import FitResult, KvType, fit_model, weights_bytes
+from launcher.advisor.fit import FitResult, KvType, SlidingCache, fit_model, weights_bytes
 from launcher.advisor.speed import SpeedEstimate, estimate_speed
 from launcher.advisor.tables import bits_per_weight
 from launcher.catalog.schema import CatalogModel, ExlVariant, MlxVariant
+from launcher.core.units import format_bytes
 from launcher.hardware.machine import Machine
 
 ENGINE_LABELS = {
@@ -41,10 +42,16 @@ class Option:
     unavailable_reason: str | None = None  # engine not installed / not usable here
 
     @property
+    def kv_type(self) -> KvType:
+        """The KV cache element type this option was fitted with (`launcher serve --kv-cache-type`)."""
+        return self.fit.kv_type
+
+    @property
     def label(self) -> str:
-        """'llama.cpp + GGUF Q4_K_M'."""
+        """'llama.cpp + GGUF Q4_K_M', with ' + q8_0 KV cache' when the KV cache is not f16."""
         engine = ENGINE_LABELS.get(self.engine, self.engine)
-        return f"{engine} + {FORMAT_LABELS.get(self.format, self.format)} {self.quant}"
+        kv = "" if self.kv_type == "f16" else f" + {self.kv_type} KV cache"
+        return f"{engine} + {FORMAT_LABELS.get(self.format, self.format)} {self.quant}{kv}"
 
     @property
     def runnable_here(self) -> bool:
@@ -76,13 +83,38 @@ def _recorded_size(model: CatalogModel, fmt: str, quant: str) -> int | None:
     return variants[quant].size_bytes if quant in variants else None
 
 
-def sliding_window_saves_kv(engine: str) -> bool:
-    """Whether the engine keeps only the window in sliding-window layers.
+def sliding_cache(engine: str) -> SlidingCache:
+    """How the engine sizes sliding-window layers (see `launcher.advisor.fit.SlidingCache`).
 
-    mlx-lm (rotating caches) and vLLM do. Our llama.cpp engine keeps full-size SWA caches on
-    purpose (`swa_full`), so cached prompt prefixes stay reusable across requests.
+    mlx-lm (rotating caches) and vLLM keep each sequence's window; our llama.cpp engine keeps
+    llama.cpp's windowed cache shared by all sequences plus checkpoints in host RAM; ExLlama's
+    paged cache is sized for the whole context in every layer.
     """
-    return engine in ("mlx", "vllm")
+    if engine in ("mlx", "vllm"):
+        return "window"
+    if engine == "llamacpp":
+        return "llamacpp"
+    return "full"
+
+
+KV_LEVER: KvType = "q8_0"
+"""The KV cache type the advisor may offer llama.cpp when f16 does not fit (`--kv-cache-type q8_0`)."""
+
+
+def kv_lever_applies(engine: str) -> bool:
+    """Whether the advisor may pick a q8_0 KV cache for this engine (llama.cpp only)."""
+    return engine == "llamacpp"
+
+
+def kv_lever_cost(f16_bytes: int, lever_bytes: int, context: int) -> str:
+    """'a q8_0 KV cache (...): 1.6 GiB instead of 3.1 GiB at f16 for the 32k context; the cost is ...'."""
+    tokens = f"{context // 1024}k" if context % 1024 == 0 else f"{context:,}-token"
+    return (
+        f"a {KV_LEVER} KV cache (--kv-cache-type {KV_LEVER}, which turns on flash attention): "
+        f"{format_bytes(lever_bytes)} instead of {format_bytes(f16_bytes)} at f16 for the {tokens} context; "
+        f"the cost is a small quality loss ({KV_LEVER} K/V are near-lossless in llama.cpp's perplexity tests) "
+        "and somewhat slower attention on the CPU"
+    )
 
 
 def build_option(
@@ -111,7 +143,7 @@ def build_option(
         kv_type=kv_type,
         use_gpu=on_gpu,
         allow_offload=engine == "llamacpp",
-        sliding_window_aware=sliding_window_saves_kv(engine),
+        sliding=sliding_cache(engine),
     )
     tensor_parallel = engine in ("exllamav3", "vllm") and len(machine.nvidia_gpus) > 1
     speed = estimate_speed(machine, model.architecture, bpw, fit, tensor_parallel=tensor_parallel)

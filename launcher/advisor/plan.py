@@ -8,8 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from launcher.advisor.fit import FitResult, KvType, fit_model
-from launcher.advisor.options import ENGINE_LABELS, EngineStatus, sliding_window_saves_kv
+from launcher.advisor.fit import VERDICT_RANK, FitResult, KvType, fit_model
+from launcher.advisor.options import (
+    ENGINE_LABELS,
+    KV_LEVER,
+    EngineStatus,
+    kv_lever_applies,
+    kv_lever_cost,
+    sliding_cache,
+)
 from launcher.catalog.schema import Architecture
 from launcher.hardware.machine import Machine
 
@@ -35,6 +42,11 @@ class ServePlan:
     context: int
     fit: FitResult
 
+    @property
+    def kv_type(self) -> KvType:
+        """The KV cache type the plan was fitted with (what `launcher serve --kv-cache-type` must get)."""
+        return self.fit.kv_type
+
 
 def plan_local(
     machine: Machine,
@@ -46,13 +58,15 @@ def plan_local(
     parallel: int = 1,
     engine: str | None = None,
     status: EngineStatus | None = None,
-    kv_type: KvType = "f16",
+    kv_type: KvType | None = None,
 ) -> ServePlan:
     """Plan a serve of a local model in format `fmt` with architecture `arch` and `weights` bytes on disk.
 
     The engine follows the format (quant formats need the engine with kernels for them); the
     context is the asked one, or the largest of 32k/16k/8k/... (up to the model's own limit) whose
-    KV cache fits; GPU layers come from the fit.
+    KV cache fits; GPU layers come from the fit. `kv_type=None` lets the advisor choose: f16, or
+    for llama.cpp a q8_0 KV cache where f16 would not fit (or only with a partial offload) at a
+    context, before a smaller context is tried.
     """
     candidates = ENGINES_FOR_FORMAT.get(fmt, ())
     if engine is None:
@@ -77,7 +91,9 @@ def plan_local(
     else:
         limit = min(arch.max_context, DEFAULT_SERVE_CONTEXT)
         contexts = [c for c in (limit, 16384, 8192, 4096, MIN_SERVE_CONTEXT) if c <= limit] or [limit]
-    fit = None
+    lever = kv_type is None and kv_lever_applies(engine)
+    fit: FitResult | None = None
+    f16_fit: FitResult | None = None  # set when the q8_0 KV cache replaced an f16 fit
     for ctx in contexts:
         fit = fit_model(
             machine,
@@ -85,11 +101,25 @@ def plan_local(
             weights,
             context=ctx,
             parallel=parallel,
-            kv_type=kv_type,
+            kv_type=kv_type or "f16",
             use_gpu=use_gpu,
             allow_offload=allow_offload,
-            sliding_window_aware=sliding_window_saves_kv(engine),
+            sliding=sliding_cache(engine),
         )
+        if lever and VERDICT_RANK[fit.verdict] > VERDICT_RANK["cpu"]:  # partial offload or no fit at all
+            smaller_kv = fit_model(
+                machine,
+                arch,
+                weights,
+                context=ctx,
+                parallel=parallel,
+                kv_type=KV_LEVER,
+                use_gpu=use_gpu,
+                allow_offload=allow_offload,
+                sliding=sliding_cache(engine),
+            )
+            if VERDICT_RANK[smaller_kv.verdict] < VERDICT_RANK[fit.verdict]:
+                f16_fit, fit = fit, smaller_kv
         if fit.fits:
             break
     assert fit is not None
@@ -100,4 +130,7 @@ def plan_local(
     gpu_layers = -1 if fit.verdict in ("full_gpu", "unified") else fit.gpu_layers
     if context is None and fit.context < contexts[0]:
         why += f"; context {fit.context} so the KV cache fits"
+    if f16_fit is not None:
+        without = "it would need a partial offload" if f16_fit.fits else "it would not fit"
+        why += f"; with an f16 KV cache {without}, so {kv_lever_cost(f16_fit.kv_bytes, fit.kv_bytes, fit.context)}"
     return ServePlan(engine=engine, reason=why, gpu_layers=gpu_layers, context=fit.context, fit=fit)

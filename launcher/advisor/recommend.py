@@ -8,20 +8,26 @@ Order of thought, as the domain notes ask: machine -> what fits -> what is fast 
 - Anything needing CPU offload, non-NVIDIA GPUs, CPU-only: llama.cpp + GGUF.
 Within a format the quant is the highest-quality one up to ~6.6 bits that fits fully; below
 ~3.5 bits quality drops noticeably, so those are picked only when nothing else fits.
+With llama.cpp, a q8_0 KV cache (near-lossless, about half the memory of f16) comes before a
+smaller weights quant, a partial offload or a smaller context.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from launcher.advisor.fit import VERDICT_LABELS
+from launcher.advisor.fit import VERDICT_LABELS, VERDICT_RANK
 from launcher.advisor.options import (
     ENGINE_LABELS,
+    KV_LEVER,
     EngineStatus,
     Option,
     build_option,
     candidate_options,
     is_datacenter,
+    kv_lever_applies,
+    kv_lever_cost,
 )
 from launcher.catalog.schema import CatalogModel
 from launcher.core.errors import CatalogError
@@ -34,8 +40,6 @@ TEAM_CONTEXTS = (8192, 4096)
 QUALITY_CEILING_BPW = 6.7  # above this, more bits cost speed for little quality
 QUALITY_FLOOR_BPW = 3.5
 TEAM_USERS = 8
-
-_VERDICT_RANK = {"full_gpu": 0, "unified": 0, "cpu": 1, "partial": 2, "wont_fit": 9}
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,11 @@ class Recommendation:
     def fits(self) -> bool:
         """True when the chosen option loads here."""
         return self.choice.fit.fits
+
+    @property
+    def kv_type(self) -> str:
+        """KV cache type to serve the choice with (`launcher serve --kv-cache-type`)."""
+        return self.choice.kv_type
 
 
 def _quality_key(option: Option) -> tuple[int, float]:
@@ -77,15 +86,73 @@ def _speed_key(option: Option) -> tuple[int, float]:
     return (2, bpw)
 
 
+def _ranking(verdicts: tuple[str, ...]) -> Callable[[Option], tuple[int, float]]:
+    on_gpu = all(v in ("full_gpu", "unified") for v in verdicts)
+    return _quality_key if on_gpu else _speed_key
+
+
 def _best(options: list[Option], verdicts: tuple[str, ...]) -> Option | None:
     fitting = [o for o in options if o.fit.verdict in verdicts]
     if not fitting:
         return None
-    on_gpu = all(v in ("full_gpu", "unified") for v in verdicts)
-    return min(fitting, key=_quality_key if on_gpu else _speed_key)
+    return min(fitting, key=_ranking(verdicts))
 
 
-def _pick(machine: Machine, options: list[Option], team: bool) -> tuple[Option | None, list[str]]:
+_GGUF_TIERS: tuple[tuple[str, ...], ...] = (("full_gpu", "unified"), ("cpu",), ("partial",))
+
+
+def _pick_gguf(gguf: list[Option], lever: list[Option]) -> tuple[Option | None, list[str]]:
+    """The llama.cpp pick: best tier first; a q8_0 KV cache (`lever`) when f16 would need a quant of a
+    lower quality band (below ~3.5 bits) or a lower tier (partial offload, or nothing at this context).
+    Within a band it is not worth it: Q6_K + q8_0 KV instead of Q5_K_M decodes ~13% slower for
+    little quality."""
+    for verdicts in _GGUF_TIERS:
+        pick = _best(gguf, verdicts)
+        smaller_kv = _best(lever, verdicts)
+        key = _ranking(verdicts)
+        if smaller_kv is not None and (pick is None or key(smaller_kv)[0] < key(pick)[0]):
+            return smaller_kv, [_lever_reason(smaller_kv, pick, gguf)]
+        if pick is not None:
+            return pick, []
+    return None, []
+
+
+def _lever_reason(chosen: Option, f16_pick: Option | None, gguf: list[Option]) -> str:
+    same_quant = next(o for o in gguf if o.quant == chosen.quant)
+    if f16_pick is None:
+        f16_pick = next((p for tier in _GGUF_TIERS if (p := _best(gguf, tier)) is not None), None)
+    if f16_pick is None:
+        without = f"nothing would fit at {chosen.fit.context // 1024}k context"
+    else:
+        without = f"the pick would be {f16_pick.quant} ({f16_pick.fit.label})"
+    where = {
+        "full_gpu": "fits fully on the GPU",
+        "unified": "fits in unified memory",
+        "cpu": "runs on the CPU",
+        "partial": "runs with a partial offload",
+    }[chosen.fit.verdict]
+    cost = kv_lever_cost(same_quant.fit.kv_bytes, chosen.fit.kv_bytes, chosen.fit.context)
+    return f"{chosen.quant} {where} with {cost}. With an f16 KV cache {without}."
+
+
+def _with_kv_lever(
+    machine: Machine, model: CatalogModel, option: Option, users: int, status: EngineStatus | None
+) -> Option:
+    """`option` again with a q8_0 KV cache."""
+    return build_option(
+        machine,
+        model,
+        option.engine,
+        option.format,
+        option.quant,
+        context=option.fit.context,
+        parallel=users,
+        kv_type=KV_LEVER,
+        status=status,
+    )
+
+
+def _pick(machine: Machine, options: list[Option], team: bool, lever: list[Option]) -> tuple[Option | None, list[str]]:
     by_engine = {e: [o for o in options if o.engine == e] for e in ENGINE_LABELS}
     reasons: list[str] = []
     if team or is_datacenter(machine):
@@ -132,19 +199,17 @@ def _pick(machine: Machine, options: list[Option], team: bool) -> tuple[Option |
             reasons.append("No EXL3 weights in the catalog for this model: using GGUF with llama.cpp (CUDA).")
     elif machine.gpus:
         reasons.append("GPU is not NVIDIA: llama.cpp (Vulkan/HIP/SYCL) with GGUF is the portable choice.")
-    gguf = by_engine["llamacpp"]
-    for verdicts in (("full_gpu", "unified"), ("cpu",), ("partial",)):
-        pick = _best(gguf, verdicts)
-        if pick:
-            if pick.fit.verdict == "partial":
-                reasons.append(
-                    f"Only {pick.fit.gpu_layers} of {pick.fit.total_layers} layers fit on the GPU: llama.cpp offloads "
-                    "the rest to CPU RAM (slower, but it runs)."
-                )
-            elif pick.fit.verdict == "cpu":
-                reasons.append("CPU only: llama.cpp with a GGUF K-quant uses AVX2/AVX512/NEON kernels.")
-            return pick, reasons
-    return None, reasons
+    pick, lever_reasons = _pick_gguf(by_engine["llamacpp"], lever)
+    if pick:
+        if pick.fit.verdict == "partial":
+            reasons.append(
+                f"Only {pick.fit.gpu_layers} of {pick.fit.total_layers} layers fit on the GPU: llama.cpp offloads "
+                "the rest to CPU RAM (slower, but it runs)."
+            )
+        elif pick.fit.verdict == "cpu":
+            reasons.append("CPU only: llama.cpp with a GGUF K-quant uses AVX2/AVX512/NEON kernels.")
+        reasons.extend(lever_reasons)
+    return pick, reasons
 
 
 def _advice(
@@ -190,19 +255,10 @@ def _advice(
         if alt.fit.fits:
             lines.append(f"or context {smaller_context // 1024}k")
             break
-    alt = build_option(
-        machine,
-        model,
-        option.engine,
-        option.format,
-        option.quant,
-        context=context,
-        parallel=users,
-        kv_type="q8_0",
-        status=status,
-    )
-    if alt.fit.fits and option.engine == "llamacpp":
-        lines.append("or a q8_0 KV cache")
+    if kv_lever_applies(option.engine) and option.kv_type != KV_LEVER:
+        alt = _with_kv_lever(machine, model, option, users, status)
+        if alt.fit.fits:
+            lines.append(f"or {kv_lever_cost(fit.kv_bytes, alt.fit.kv_bytes, context)}")
     if len(lines) == 1:
         lines.append("no quant or context in the catalog fits this machine; pick a smaller model")
     return (lines[0] + ": " + ", ".join(lines[1:]),)
@@ -255,7 +311,8 @@ def recommend(
         options = candidate_options(machine, model, context=ctx, parallel=users, status=status, team=team)
         if not options:
             raise CatalogError(f"{model.name} has no weights in a format this machine can run.")
-        chosen, reasons = _pick(machine, options, team)
+        lever = [_with_kv_lever(machine, model, o, users, status) for o in options if kv_lever_applies(o.engine)]
+        chosen, reasons = _pick(machine, options, team, lever)
         used_context = ctx
         if chosen is not None:
             break
@@ -285,7 +342,7 @@ def recommend(
     others = sorted(
         (o for o in options if o is not chosen),
         key=lambda o: (
-            _VERDICT_RANK[o.fit.verdict],
+            VERDICT_RANK[o.fit.verdict],
             not o.runnable_here,
             _quality_key(o),
             -o.speed.decode_high,

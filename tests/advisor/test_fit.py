@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.advisor.fit import fit_model, kv_cache_bytes, weights_bytes
+from launcher.advisor.fit import fit_model, kv_cache_bytes, swa_checkpoint_bytes, weights_bytes
 from launcher.catalog.schema import Architecture
-from launcher.core.units import GIB
+from launcher.core.config import DEFAULT_SWA_CHECKPOINT_MB, DEFAULT_SWA_CHECKPOINTS
+from launcher.core.units import GIB, MIB
 from tests.advisor.machines import desktop_4090, laptop_cpu, macbook_m2
 
 LLAMA_8B = Architecture(
@@ -41,6 +42,32 @@ GEMMA3_27B = Architecture(
     sliding_window=1024,
     full_attention_layers=10,
 )
+GEMMA3_270M = Architecture(  # google/gemma-3-270m config.json; the starter model
+    params_total_b=0.268,
+    params_active_b=0.268,
+    layers=18,
+    attention_heads=4,
+    kv_heads=1,
+    head_dim=256,
+    hidden_size=640,
+    max_context=32768,
+    sliding_window=512,
+    full_attention_layers=3,
+)
+GPT_OSS_20B = Architecture(
+    params_total_b=20.9,
+    params_active_b=3.6,
+    layers=24,
+    attention_heads=64,
+    kv_heads=8,
+    head_dim=64,
+    hidden_size=2880,
+    max_context=131072,
+    sliding_window=128,
+    full_attention_layers=12,
+    experts=32,
+    experts_active=4,
+)
 
 
 def test_kv_cache_llama_8b_at_8k_is_one_gib() -> None:
@@ -52,12 +79,82 @@ def test_kv_cache_llama_8b_at_8k_is_one_gib() -> None:
 
 
 def test_sliding_window_layers_keep_only_the_window() -> None:
-    # Gemma 3 27B: 8 KiB per token per layer; 10 global layers * 32768 + 52 local layers * 1024 tokens.
+    # Gemma 3 27B: 8 KiB per token per layer; 10 global layers * 32768 + 52 local layers * 1024 tokens
+    # (mlx-lm's rotating caches, vLLM: each sequence keeps its own window).
     per_layer_token = 2 * 16 * 128 * 2
     expected = per_layer_token * (10 * 32768 + 52 * 1024)
     assert kv_cache_bytes(GEMMA3_27B, 32768) == expected
-    assert kv_cache_bytes(GEMMA3_27B, 32768, sliding_window_aware=False) == per_layer_token * 62 * 32768
+    assert kv_cache_bytes(GEMMA3_27B, 32768, sliding="window") == expected
+    assert kv_cache_bytes(GEMMA3_27B, 32768, sliding="full") == per_layer_token * 62 * 32768
     assert expected < 0.2 * per_layer_token * 62 * 32768
+
+
+def test_llamacpp_sliding_layers_share_one_padded_window_cache() -> None:
+    # gemma-3-270m: 2 (K, V) * 1 KV head * 256 dims * 2 bytes = 1024 B per cell per layer; 3 full + 15 sliding layers.
+    # One sequence: full layers 32768 cells; sliding layers min(32768, pad256(512 * 1 + 512)) = 1024 cells.
+    one = 1024 * (3 * 32768 + 15 * 1024)
+    assert one == 116_391_936  # 111.0 MiB, where the old full-size SWA cache took 18 * 32768 cells = 576 MiB
+    assert kv_cache_bytes(GEMMA3_270M, 32768, 1, sliding="llamacpp") == one
+    # Four sequences in the unified cache: full layers 131072 cells; sliding min(131072, pad256(512 * 4 + 512)) = 2560.
+    four = 1024 * (3 * 131072 + 15 * 2560)
+    assert four == 441_974_784  # 421.5 MiB
+    assert kv_cache_bytes(GEMMA3_270M, 32768, 4, sliding="llamacpp") == four
+    # mlx/vLLM keep each sequence's own 512-token window: 4 * 1024 * (3 * 32768 + 15 * 512) = 414 MiB.
+    assert kv_cache_bytes(GEMMA3_270M, 32768, 4, sliding="window") == 4 * 1024 * (3 * 32768 + 15 * 512)
+    # q8_0 stores 34 bytes per 32 values: 544 B per cell per layer.
+    assert kv_cache_bytes(GEMMA3_270M, 32768, 4, "q8_0", sliding="llamacpp") == 544 * (3 * 131072 + 15 * 2560)
+
+
+def test_llamacpp_sliding_cache_rounds_up_to_256_cells_and_never_exceeds_the_context() -> None:
+    # gpt-oss-20b: 2 * 8 * 64 * 2 = 2048 B per cell per layer, 12 full and 12 sliding layers with a 128-token window.
+    # One sequence: 128 + 512 = 640 cells, padded to 768; three: 384 + 512 = 896, padded to 1024.
+    assert kv_cache_bytes(GPT_OSS_20B, 32768, 1, sliding="llamacpp") == 2048 * (12 * 32768 + 12 * 768)
+    assert kv_cache_bytes(GPT_OSS_20B, 32768, 3, sliding="llamacpp") == 2048 * (12 * 3 * 32768 + 12 * 1024)
+    # A context smaller than window + micro-batch: the sliding layers are as big as the full ones.
+    assert kv_cache_bytes(GEMMA3_270M, 512, 1, sliding="llamacpp") == 1024 * 18 * 512
+    # Models without sliding layers are the same for every engine.
+    assert kv_cache_bytes(LLAMA_8B, 8192, 2, sliding="llamacpp") == kv_cache_bytes(LLAMA_8B, 8192, 2) == 2 * GIB
+
+
+def test_llamacpp_checkpoints_are_bounded_per_slot_and_in_total() -> None:
+    assert (DEFAULT_SWA_CHECKPOINTS, DEFAULT_SWA_CHECKPOINT_MB) == (8, 1024)
+    # One checkpoint is one sequence's window in the 15 sliding layers: 15 * 512 * 1024 B = 7.5 MiB.
+    assert swa_checkpoint_bytes(GEMMA3_270M, 32768, 1) == 8 * 15 * 512 * 1024  # 8 per slot: 60 MiB
+    assert swa_checkpoint_bytes(GEMMA3_270M, 32768, 4) == 4 * 8 * 15 * 512 * 1024  # 240 MiB
+    assert swa_checkpoint_bytes(GEMMA3_270M, 32768, 1, "q8_0") == 8 * 15 * 512 * 544
+    assert swa_checkpoint_bytes(GEMMA3_270M, 256, 1) == 8 * 15 * 256 * 1024  # the window is capped by the context
+    # Gemma 3 27B: 52 * 1024 * 8 KiB = 416 MiB each; 8 of them would be 3.25 GiB, but all together hold 1024 MiB.
+    assert swa_checkpoint_bytes(GEMMA3_27B, 32768, 1) == 1024 * MIB
+    assert swa_checkpoint_bytes(GEMMA3_27B, 32768, 1, per_slot=2) == 2 * 52 * 1024 * 8192
+    # No sliding layers, no checkpoints.
+    assert swa_checkpoint_bytes(LLAMA_8B, 32768, 4) == 0
+
+
+def test_llamacpp_fit_shows_checkpoints_in_host_ram() -> None:
+    weights = 253_000_000
+    # On a GPU: weights and KV on the card, the checkpoints in a CPU RAM share of their own.
+    fit = fit_model(desktop_4090(), GEMMA3_270M, weights, context=32768, parallel=4, sliding="llamacpp")
+    assert fit.verdict == "full_gpu"
+    assert fit.kv_bytes == 441_974_784
+    assert fit.checkpoint_bytes == 240 * MIB
+    gpu, host = fit.devices
+    assert gpu.checkpoints == 0 and gpu.kv_cache == fit.kv_bytes
+    assert (host.device, host.weights, host.kv_cache, host.checkpoints) == ("CPU RAM", 0, 0, 240 * MIB)
+    assert fit.needed_bytes == weights + fit.kv_bytes + fit.overhead_bytes + 240 * MIB
+    assert "KV checkpoints 240.0 MiB" in fit.breakdown()
+    # CPU only: in the same share as everything else.
+    (cpu,) = fit_model(laptop_cpu(16), GEMMA3_270M, weights, context=32768, parallel=4, sliding="llamacpp").devices
+    assert cpu.checkpoints == 240 * MIB and cpu.used == cpu.weights + cpu.kv_cache + cpu.overhead + 240 * MIB
+    # Apple: outside the GPU's wired limit, on the CPU side of unified memory.
+    apple = fit_model(macbook_m2(16), GEMMA3_270M, weights, context=32768, parallel=4, sliding="llamacpp")
+    pool, side = apple.devices
+    assert apple.verdict == "unified"
+    assert pool.checkpoints == 0 and side.checkpoints == 240 * MIB and side.device == "CPU side of unified memory"
+    # Other engines keep no checkpoints.
+    assert fit_model(macbook_m2(16), GEMMA3_270M, weights, context=32768, parallel=4).checkpoint_bytes == 0
+    assert (
+        "checkpoints" not in fit_model(desktop_4090(), LLAMA_8B, 4 * GIB, context=8192, sliding="llamacpp").breakdown()
+    )
 
 
 def test_8b_q4_k_m_at_8k_fits_a_4090_with_room() -> None:

@@ -154,7 +154,9 @@ class RecommendationPanel(Card):
         self.bars = []
         for device in fit.devices:
             bar = MemoryBar()
-            bar.set_parts(device.device, device.weights, device.kv_cache, device.overhead, device.free)
+            bar.set_parts(
+                device.device, device.weights, device.kv_cache, device.overhead, device.free, device.checkpoints
+            )
             self._bars_layout.addWidget(bar)
             self.bars.append(bar)
         sequences = f", {fit.parallel} parallel" if fit.parallel > 1 else ""

@@ -1,4 +1,5 @@
-"""`MemoryBar`: weights | KV cache | overhead | free, drawn as one stacked bar with a legend underneath."""
+"""`MemoryBar`: weights | KV cache | overhead | KV checkpoints | free, drawn as one stacked bar with a legend
+underneath (KV checkpoints: llama.cpp's sliding-window copies in host RAM, shown only where there are some)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 from launcher.core.units import format_bytes
 from launcher.ui import theme
 
-SEGMENTS = (("weights", "#3b82f6"), ("KV cache", "#8b5cf6"), ("overhead", "#9ca3af"))
+SEGMENTS = (("weights", "#3b82f6"), ("KV cache", "#8b5cf6"), ("overhead", "#9ca3af"), ("KV checkpoints", "#c084fc"))
 FREE_COLOUR = "#22c55e"
 OVER_COLOUR = theme.BAD
 
@@ -17,7 +18,7 @@ OVER_COLOUR = theme.BAD
 class _Bar(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.parts: tuple[int, int, int] = (0, 0, 0)
+        self.parts: tuple[int, int, int, int] = (0, 0, 0, 0)
         self.capacity = 0
         self.setMinimumHeight(14)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
@@ -67,17 +68,21 @@ class MemoryBar(QWidget):
         layout.addWidget(self.bar)
         layout.addWidget(self.legend)
 
-    def set_parts(self, device: str, weights: int, kv_cache: int, overhead: int, free: int) -> None:
+    def set_parts(
+        self, device: str, weights: int, kv_cache: int, overhead: int, free: int, checkpoints: int = 0
+    ) -> None:
         """Show one device's share; `free` is the memory available before loading."""
-        used = weights + kv_cache + overhead
+        parts = (weights, kv_cache, overhead, checkpoints)
+        used = sum(parts)
         verdict = "fits" if used <= free else f"over by {format_bytes(used - free)}"
         self.title.setText(f"<b>{device}</b>: needs {format_bytes(used)} of {format_bytes(free)} free ({verdict})")
-        self.bar.parts = (weights, kv_cache, overhead)
+        self.bar.parts = parts
         self.bar.capacity = free
         self.bar.update()
         swatches = [
             f"<span style='color:{colour}'>■</span> {name} {format_bytes(value)}"
-            for (name, colour), value in zip(SEGMENTS, (weights, kv_cache, overhead), strict=True)
+            for (name, colour), value in zip(SEGMENTS, parts, strict=True)
+            if value or name != "KV checkpoints"
         ]
         left = max(0, free - used)
         swatches.append(f"<span style='color:{FREE_COLOUR}'>■</span> free after load {format_bytes(left)}")
