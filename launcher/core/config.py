@@ -77,7 +77,10 @@ class ServeConfig(BaseModel):
         ),
     )
     max_queue: int = Field(64, ge=0, description="requests waiting beyond `parallel` before 429")
-    kv_cache_type: Literal["f16", "q8_0", "q4_0"] = Field("f16", description="KV cache element type")
+    kv_cache_type: Literal["auto", "f16", "q8_0", "q4_0"] = Field(
+        "auto",
+        description="KV cache element type (auto: f16, or for llama.cpp q8_0 where f16 would not fit at the context)",
+    )
     prefix_cache_tokens: int | None = Field(
         None, ge=0, description="tokens of idle KV kept for prefix reuse (default: whatever is free)"
     )

@@ -48,9 +48,12 @@ def _fit_message(model: LocalModel, fit: FitResult) -> str:
     pools = ", ".join(f"{d.device} needs {d.used / GIB:.2f} GiB, has {d.free / GIB:.2f} GiB free" for d in fit.devices)
     text = (
         f"{model.name} does not fit on this machine: weights {fit.weights_bytes / GIB:.2f} GiB + KV cache "
-        f"{fit.kv_bytes / GIB:.2f} GiB (context {fit.context} x {fit.parallel}) + overhead "
-        f"{fit.overhead_bytes / GIB:.2f} GiB = {fit.needed_bytes / GIB:.2f} GiB"
+        f"{fit.kv_bytes / GIB:.2f} GiB (context {fit.context} x {fit.parallel}, {fit.kv_type}) + overhead "
+        f"{fit.overhead_bytes / GIB:.2f} GiB"
     )
+    if fit.checkpoint_bytes:
+        text += f" + KV checkpoints {fit.checkpoint_bytes / GIB:.2f} GiB"
+    text += f" = {fit.needed_bytes / GIB:.2f} GiB"
     if pools:
         text += f" ({pools})"
     advice = " ".join(fit.advice) or "Try a smaller quant, a smaller --context or fewer --parallel sequences."
@@ -66,11 +69,13 @@ def _directory_facts(path: Path) -> tuple[Architecture | None, int]:
     return (detected.architecture if detected else None), weights
 
 
-def _engine_status(machine: Machine) -> dict[str, str | None]:
-    """Which engines can run here, so `auto` explains an engine that is missing instead of failing later."""
+def _engine_status(machine: Machine, fmt: str) -> dict[str, str | None]:
+    """Which of the engines for this format can run here, so `auto` explains an engine that is
+    missing instead of failing later (only those: asking an engine imports its runtime)."""
+    from launcher.advisor.plan import ENGINES_FOR_FORMAT
     from launcher.engines.registry import status_map
 
-    return status_map(machine)
+    return status_map(machine, only=ENGINES_FOR_FORMAT.get(fmt, ()))
 
 
 def plan(config: ServeConfig, machine: Machine | None = None) -> ServeSetup:
@@ -91,6 +96,7 @@ def plan(config: ServeConfig, machine: Machine | None = None) -> ServeSetup:
         if arch is None:  # config.json without the numbers the advisor needs: the format decides alone
             by_format = {"mlx": "mlx", "exl3": "exllamav3", "exl2": "exllamav2", "safetensors": "mlx"}
             chosen = by_format.get(model.format, "llamacpp") if config.engine == "auto" else config.engine
+            config = config.model_copy(update={"kv_cache_type": "f16"}) if config.kv_cache_type == "auto" else config
             return ServeSetup(model, chosen, f"{chosen} runs {model.format.upper()} models", config)
     machine = machine or probe_machine()
     serve_plan = plan_local(
@@ -101,8 +107,8 @@ def plan(config: ServeConfig, machine: Machine | None = None) -> ServeSetup:
         context=config.context,
         parallel=config.parallel,
         engine=None if config.engine == "auto" else config.engine,
-        status=_engine_status(machine) if config.engine == "auto" else None,
-        kv_type=config.kv_cache_type,
+        status=_engine_status(machine, model.format) if config.engine == "auto" else None,
+        kv_type=None if config.kv_cache_type == "auto" else config.kv_cache_type,
     )
     if not serve_plan.fit.fits:
         raise ModelDoesNotFitError(_fit_message(model, serve_plan.fit))
@@ -111,5 +117,7 @@ def plan(config: ServeConfig, machine: Machine | None = None) -> ServeSetup:
         updates["context"] = serve_plan.context
     if config.gpu_layers is None:
         updates["gpu_layers"] = serve_plan.gpu_layers
+    if config.kv_cache_type == "auto":
+        updates["kv_cache_type"] = serve_plan.kv_type
     filled = config.model_copy(update=updates) if updates else config
     return ServeSetup(model, serve_plan.engine, serve_plan.reason, filled)

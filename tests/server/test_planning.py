@@ -53,3 +53,32 @@ def test_exl3_directory_without_nvidia_is_refused_with_the_reason(tiny_mlx_model
     (exl3 / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelDoesNotFitError, match="NVIDIA"):
         plan(ServeConfig(model=str(exl3)), load_recorded("cpu-avx2-laptop-16gb"))
+
+
+def test_the_kv_cache_type_is_the_advisors_unless_pinned(tiny_gguf: Path) -> None:
+    from launcher.advisor import plan_local
+    from launcher.catalog.gguf_meta import read_gguf_metadata
+
+    meta = read_gguf_metadata(tiny_gguf)
+    arch, weights = meta.to_architecture(), meta.file_bytes
+    laptop = load_recorded("cpu-avx2-laptop-16gb")
+
+    def with_ram(available: int) -> object:
+        return dataclasses.replace(laptop, memory=MemoryInfo(total=available, available=available))
+
+    def fits(available: int, kv_type: str) -> bool:
+        machine = with_ram(available)
+        return plan_local(machine, "gguf", arch, weights, context=4096, parallel=4, kv_type=kv_type).fit.fits  # type: ignore[arg-type]
+
+    # The least RAM with which a q8_0 KV cache fits; with f16 it does not.
+    low, high = 0, 64 * 1024**3
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if fits(middle, "q8_0") else (middle, high)
+    tight = with_ram(high)
+    assert not fits(high, "f16")
+    setup = plan(ServeConfig(model=str(tiny_gguf), context=4096), tight)  # type: ignore[arg-type]
+    assert setup.config.kv_cache_type == "q8_0"
+    assert plan(ServeConfig(model=str(tiny_gguf), context=4096), laptop).config.kv_cache_type == "f16"
+    with pytest.raises(ModelDoesNotFitError, match=r"f16"):
+        plan(ServeConfig(model=str(tiny_gguf), context=4096, kv_cache_type="f16"), tight)  # type: ignore[arg-type]

@@ -69,7 +69,7 @@ def plan_cache(
             context=config.context,
             parallel=parallel,
             engine=engine,
-            kv_type=config.kv_cache_type,
+            kv_type="f16" if config.kv_cache_type == "auto" else config.kv_cache_type,
         )
         fit = plan.fit
         if gpus and not fit.fits:

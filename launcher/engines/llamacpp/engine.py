@@ -74,6 +74,11 @@ class LlamaCppEngine:
             raise
 
 
+def _kv_type(config: ServeConfig) -> str:
+    """The KV element type to allocate: "auto" that no plan resolved (a direct engine load) is f16."""
+    return "f16" if config.kv_cache_type == "auto" else config.kv_cache_type
+
+
 def _backend_name(system_info: str) -> str:
     for name in ("CUDA", "Metal", "Vulkan", "HIP", "SYCL"):
         if name.lower() in system_info.lower():
@@ -138,8 +143,9 @@ def _build(
     # cost 1.7 GB more RSS for the starter at 32k x 4.
     params.swa_full = False
     params.no_perf = True
-    params.type_k = params.type_v = _KV_TYPES[config.kv_cache_type]
-    if config.kv_cache_type != "f16":
+    kv_type = _kv_type(config)
+    params.type_k = params.type_v = _KV_TYPES[kv_type]
+    if kv_type != "f16":
         params.flash_attn_type = _FLASH_ATTN_ENABLED  # llama.cpp needs flash attention for a quantized V cache
     _native.clear_log_tail()
     context_pointer = llama_cpp.llama_init_from_model(model_pointer, params)
@@ -159,7 +165,7 @@ def _build(
         memory = {
             "weights": int(llama_cpp.llama_model_size(model_pointer)),
             "kv_cache": _allocated_kv_bytes(context_log)
-            or _kv_cache_bytes(llama_cpp, model_pointer, architecture, n_ctx, config.kv_cache_type),
+            or _kv_cache_bytes(llama_cpp, model_pointer, architecture, n_ctx, kv_type),
         }
         swa_window = max(0, int(llama_cpp.llama_model_n_swa(model_pointer)))
         checkpoints = CheckpointStore(
