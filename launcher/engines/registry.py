@@ -5,7 +5,7 @@ Engines are registered as factories so that importing the registry never imports
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from importlib import import_module
 
 from launcher.core.errors import EngineUnavailableError
@@ -57,10 +57,17 @@ register("exllamav3", _builtin("launcher.engines.exllamav3.engine", "ExLlamaV3En
 register("exllamav2", _builtin("launcher.engines.exllamav2.engine", "ExLlamaV2Engine"))
 
 
-def status_map(machine: Machine) -> dict[str, str | None]:
-    """Engine name -> None when usable on `machine`, else the reason it is not (never raises)."""
+def status_map(machine: Machine, only: Iterable[str] | None = None) -> dict[str, str | None]:
+    """Engine name -> None when usable on `machine`, else the reason it is not (never raises).
+
+    `only` limits the check to those engines: asking an engine imports its runtime (MLX alone
+    adds ~28 MB to a process), which a server that will never run it should not carry.
+    """
+    wanted = set(only) if only is not None else None
     out: dict[str, str | None] = {}
     for name in names():
+        if wanted is not None and name not in wanted:
+            continue
         try:
             availability = get(name).availability(machine)
         except Exception as err:  # an adapter that fails to import is reported, not fatal

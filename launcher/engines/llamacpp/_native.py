@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import importlib
+import importlib.metadata
+import importlib.util
 import logging
+import sys
 import threading
+import types
 from types import ModuleType
 from typing import Any
 
@@ -34,10 +39,10 @@ _callback_ref: Any = None  # keeps the ctypes callback alive for as long as llam
 
 
 def llama() -> ModuleType:
-    """Import llama_cpp on first use and initialise its backend once per process."""
+    """Import llama_cpp's C bindings on first use and initialise its backend once per process."""
     global _initialised
     try:
-        import llama_cpp
+        llama_cpp = _bindings()
     except ImportError as err:
         raise EngineUnavailableError(
             f"llama-cpp-python is not installed ({err}). Install it with: pip install 'launcher[llamacpp]'"
@@ -48,6 +53,45 @@ def llama() -> ModuleType:
             llama_cpp.llama_backend_init()
             _initialised = True
     return llama_cpp
+
+
+def _bindings() -> ModuleType:
+    """`llama_cpp.llama_cpp`, the ctypes bindings we use, without the package's `__init__`.
+
+    `import llama_cpp` also imports its high-level `Llama` class and what that needs (a disk
+    cache with SQLite and Django adapters, chat formats, ...): 5 MB of a server's memory for
+    code it never runs. When nothing has imported the package yet, a package module with the
+    same search path stands in for it, so its submodules import alone; asking it for anything
+    else (`llama_cpp.Llama`) imports the rest then, as the real package would have.
+    """
+    if "llama_cpp" not in sys.modules:
+        spec = importlib.util.find_spec("llama_cpp")
+        if spec is None or not spec.submodule_search_locations:
+            raise ImportError("No module named 'llama_cpp'")
+        package = types.ModuleType("llama_cpp")
+        package.__spec__, package.__file__ = spec, spec.origin
+        package.__path__ = list(spec.submodule_search_locations)
+        package.__version__ = importlib.metadata.version("llama_cpp_python")  # type: ignore[attr-defined]
+        package.__getattr__ = _rest_of_the_package  # type: ignore[method-assign]
+        sys.modules["llama_cpp"] = package
+    return importlib.import_module("llama_cpp.llama_cpp")
+
+
+def _rest_of_the_package(name: str) -> Any:
+    """What `llama_cpp/__init__.py` exports (`from .llama_cpp import *; from .llama import *`),
+    and its submodules (`from llama_cpp import llama_grammar` asks for the attribute first)."""
+    if name.startswith("__"):
+        raise AttributeError(f"module 'llama_cpp' has no attribute {name!r}")
+    if importlib.util.find_spec(f"llama_cpp.{name}") is not None:
+        return importlib.import_module(f"llama_cpp.{name}")
+    for module in ("llama_cpp.llama_cpp", "llama_cpp.llama"):
+        found = getattr(importlib.import_module(module), name, _MISSING)
+        if found is not _MISSING:
+            return found
+    raise AttributeError(f"module 'llama_cpp' has no attribute {name!r}")
+
+
+_MISSING = object()
 
 
 def _install_log_callback(llama_cpp: ModuleType) -> None:
