@@ -404,7 +404,8 @@ class Scheduler:
 
         Sliding-window layers drop positions older than the window (lazily, when their cells are
         needed); full attention needs every position from 0. llama.cpp reports the oldest position
-        the sequence still holds in any layer, as llama-server checks it.
+        the sequence still holds in any layer, as llama-server checks it, and keeps every position
+        from there on: overwriting a cell purges the sequence's older ones, so there are no holes.
         """
         oldest = int(self._ll.llama_memory_seq_pos_min(self._mem, seq_id))
         if oldest < 0:
