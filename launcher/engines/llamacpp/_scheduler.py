@@ -15,7 +15,7 @@ ends, so a later request sharing a prefix (an agent resending its system prompt)
 shared part: from the same slot, or by copying the prefix cells from another slot (`seq_cp`,
 which shares cells in the unified KV cache instead of copying data). In a sliding-window model
 the SWA layers keep only the window, so a prefix is reusable only while they still hold the
-positions before its end; when they do not, the nearest checkpoint (`_checkpoints`) is restored
+positions before its end; when they do not, the nearest checkpoint (`_sliding_window`) is restored
 and the rest read. Prompt chunks stop at a request's checkpoint positions so it can save them.
 """
 
@@ -38,7 +38,6 @@ import numpy.typing as npt
 from launcher.engines._jobs import EventOutbox, RequestPace, SchedulerCounters, Tally, append_bounded, refusal
 from launcher.engines.base import FinishReason, GenerationEvent, GenerationRequest, TokenLogprob
 from launcher.engines.llamacpp._batch import TokenBatch
-from launcher.engines.llamacpp._checkpoints import CheckpointStore, checkpoint_positions
 from launcher.engines.llamacpp._pacing import StepClock, burst_wait, prompt_takes
 from launcher.engines.llamacpp._sampling import (
     ConstraintError,
@@ -47,6 +46,7 @@ from launcher.engines.llamacpp._sampling import (
     plain_greedy,
     token_logprob,
 )
+from launcher.engines.llamacpp._sliding_window import CheckpointStore, SlidingWindow
 
 log = logging.getLogger("launcher.engines.llamacpp")
 
@@ -116,8 +116,7 @@ class Scheduler:
         self._is_eog = np.zeros(n_vocab, dtype=bool)
         self._is_eog[list(eog_tokens)] = True
         self._piece = piece
-        self._swa_window = swa_window  # 0: no sliding-window layers
-        self._checkpoints = checkpoints if swa_window and checkpoints is not None and checkpoints.enabled else None
+        self._window = SlidingWindow(llama_cpp, self._mem, swa_window, checkpoints)
         self._batch = TokenBatch(llama_cpp, n_batch, parallel, context)
         self._slots = [_Slot(seq_id=i, cache=np.zeros(context, dtype=np.int32)) for i in range(parallel)]
         self._running: list[_Slot] = []  # admission order = prefill priority (FIFO)
@@ -276,7 +275,7 @@ class Scheduler:
             slot.n_cached = start + slot.step_tokens
             if slot.checkpoint_at and slot.n_cached == slot.checkpoint_at[0]:
                 slot.checkpoint_at.pop(0)
-                self._save_checkpoint(slot)
+                self._window.save(slot.seq_id, slot.n_cached)
         for slot in list(self._running):
             if slot.out_index >= 0:
                 self._sample(slot)
@@ -380,67 +379,23 @@ class Scheduler:
             self._ll.llama_memory_seq_rm(self._mem, slot.seq_id, -1, -1)
             self._ll.llama_memory_seq_cp(self._mem, donor.seq_id, slot.seq_id, 0, reuse)
             slot.cache[:reuse] = prompt[:reuse]
-            self._forget_checkpoints(slot, 0)  # they were of the tokens this slot held before
+            self._window.forget(slot.seq_id, 0)  # its checkpoints were of the tokens it held before
             shared[slot.seq_id] = 0
         elif not self._ll.llama_memory_seq_rm(self._mem, slot.seq_id, reuse, -1):
             reuse = 0
-        if reuse > 0 and not self._window_holds(slot.seq_id, reuse):
-            reuse = self._from_checkpoint(slot, reuse, shared)
+        if reuse > 0 and not self._window.holds(slot.seq_id, reuse):
+            reuse = self._window.restore(slot.seq_id, reuse, shared)
         if reuse == 0:
             self._ll.llama_memory_seq_rm(self._mem, slot.seq_id, -1, -1)
-        self._forget_checkpoints(slot, reuse)
+        self._window.forget(slot.seq_id, reuse)
         slot.n_cached = reuse
-        if self._checkpoints is not None:
-            slot.checkpoint_at = checkpoint_positions(len(prompt), reuse, self._batch.capacity)
+        slot.checkpoint_at = self._window.plan(len(prompt), reuse, self._batch.capacity)
         self._tally.prefix_lookup(reuse)
         slot.job, slot.sampler = job, sampler
         slot.pending_token, slot.out_index, slot.n_generated = -1, -1, 0
         slot.cached_prompt_tokens = reuse
         slot.decoder.reset()
         self._running.append(slot)
-
-    def _window_holds(self, seq_id: int, n_tokens: int) -> bool:
-        """Whether the sequence's cache still holds what a token after its first `n_tokens` attends to.
-
-        Sliding-window layers drop positions older than the window (lazily, when their cells are
-        needed); full attention needs every position from 0. llama.cpp reports the oldest position
-        the sequence still holds in any layer, as llama-server checks it, and keeps every position
-        from there on: overwriting a cell purges the sequence's older ones, so there are no holes.
-        """
-        oldest = int(self._ll.llama_memory_seq_pos_min(self._mem, seq_id))
-        if oldest < 0:
-            return False
-        return oldest <= (max(0, n_tokens - self._swa_window) if self._swa_window else 0)
-
-    def _from_checkpoint(self, slot: _Slot, reuse: int, shared: dict[int, int]) -> int:
-        """The slot holds `reuse` prompt tokens in full attention, but its window moved past them:
-        restore the checkpoint that reads the most of them and return how many it covers (0: none)."""
-        store = self._checkpoints
-        found = store.best((seq_id, min(n, reuse)) for seq_id, n in shared.items()) if store else None
-        if store is not None and found is not None:
-            _, checkpoint = found
-            n_tokens = checkpoint.n_tokens
-            if store.restore(checkpoint, slot.seq_id):
-                self._ll.llama_memory_seq_rm(self._mem, slot.seq_id, n_tokens, -1)
-                if self._window_holds(slot.seq_id, n_tokens):
-                    return n_tokens
-        if not self._swa_window:
-            why = "the cache no longer holds its start"
-        elif store is None:
-            why = f"the sliding-window layers ({self._swa_window} tokens) moved past it and checkpoints are off"
-        else:
-            why = f"the sliding-window layers ({self._swa_window} tokens) moved past it and no checkpoint covers it"
-        log.info("reading the whole prompt: it shares %d tokens with a cached one, but %s", reuse, why)
-        return 0
-
-    def _save_checkpoint(self, slot: _Slot) -> None:
-        assert self._checkpoints is not None
-        if not self._checkpoints.save(slot.seq_id, slot.n_cached):
-            log.debug("no checkpoint at %d tokens for sequence %d (over the memory budget)", slot.n_cached, slot.seq_id)
-
-    def _forget_checkpoints(self, slot: _Slot, n_tokens: int) -> None:
-        if self._checkpoints is not None:
-            self._checkpoints.truncate(slot.seq_id, n_tokens)
 
     def _finish(self, slot: _Slot, reason: FinishReason, error: str | None = None) -> None:
         job = slot.job
@@ -473,7 +428,7 @@ class Scheduler:
     def _clear(self, slot: _Slot) -> None:
         self._ll.llama_memory_seq_rm(self._mem, slot.seq_id, -1, -1)
         slot.n_cached = 0
-        self._forget_checkpoints(slot, 0)
+        self._window.forget(slot.seq_id, 0)
 
     def _evict_idle(self, budget: int) -> bool:
         """Drop least recently used idle prefix caches until they hold <= budget tokens."""

@@ -19,10 +19,10 @@ from launcher.core.errors import EngineError, ModelDoesNotFitError, ModelFormatE
 from launcher.core.units import MIB
 from launcher.engines.base import Availability, LocalModel, ModelFormat, ModelInfo
 from launcher.engines.llamacpp import _native
-from launcher.engines.llamacpp._checkpoints import CheckpointStore
 from launcher.engines.llamacpp._cpu_probe import extra_buffer_types_usable
 from launcher.engines.llamacpp._embedding import Embedder
 from launcher.engines.llamacpp._gguf_header import GgufHeader, check_gguf_file
+from launcher.engines.llamacpp._sliding_window import CheckpointStore
 from launcher.engines.llamacpp.model import LlamaCppModel, RuntimeSettings
 from launcher.hardware.machine import Machine
 
@@ -139,7 +139,7 @@ def _build(
     params.n_threads_batch = threads
     params.kv_unified = True  # idle sequences' prefix caches may use any free cell
     # Sliding-window layers keep only the window (llama.cpp's default); prefixes that end before
-    # it stay reusable through checkpoints (see _checkpoints). The full-size cache this replaces
+    # it stay reusable through checkpoints (see _sliding_window). The full-size cache this replaces
     # cost 1.7 GB more RSS for the starter at 32k x 4.
     params.swa_full = False
     params.no_perf = True

@@ -22,10 +22,10 @@ from launcher.core.errors import EngineError
 from launcher.engines._jobs import UNLOADED, prompt_problem, refusal
 from launcher.engines._streaming import EventStream
 from launcher.engines.base import REPLY_MARKERS, EngineStats, GenerationEvent, GenerationRequest, ModelInfo
-from launcher.engines.llamacpp._checkpoints import CheckpointStore
 from launcher.engines.llamacpp._embedding import Embedder
 from launcher.engines.llamacpp._sampling import ConstraintError, check_grammar, compile_constraint
 from launcher.engines.llamacpp._scheduler import Job, Scheduler
+from launcher.engines.llamacpp._sliding_window import CheckpointStore
 
 log = logging.getLogger("launcher.engines.llamacpp")
 

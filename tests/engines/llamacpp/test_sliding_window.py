@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.engines.llamacpp._checkpoints import CheckpointStore
+from launcher.engines.llamacpp._sliding_window import CheckpointStore
 from launcher.engines.llamacpp.model import LlamaCppModel
 from tests.engines.llamacpp.support import load
 from tests.engines.support import greedy, run

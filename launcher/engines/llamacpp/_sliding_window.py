@@ -1,4 +1,4 @@
-"""Sliding-window checkpoints: saved copies of a sequence's window, so prefixes stay reusable.
+"""Sliding-window models: which cached prefixes are reusable, and checkpoints for the rest.
 
 In a sliding-window (SWA) model most layers attend only to the last `window` tokens, and
 llama.cpp's windowed cache keeps only those (the full-size alternative costs a gigabyte for the
@@ -131,3 +131,63 @@ class CheckpointStore:
 
 def _pointer(data: npt.NDArray[np.uint8]) -> Any:
     return data.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
+
+
+class SlidingWindow:
+    """What the scheduler asks before it reuses a cached prefix: does the sequence's cache still
+    hold what the next token attends to, and if not, which checkpoint brings it back."""
+
+    def __init__(self, llama_cpp: ModuleType, memory: Any, window: int, store: CheckpointStore | None) -> None:
+        self._ll = llama_cpp
+        self._mem = memory
+        self.window = window  # 0: no sliding-window layers
+        self.store = store if window and store is not None and store.enabled else None
+
+    def holds(self, seq_id: int, n_tokens: int) -> bool:
+        """Whether the sequence's cache still holds what a token after its first `n_tokens` attends to.
+
+        Sliding-window layers drop positions older than the window (lazily, when their cells are
+        needed); full attention needs every position from 0. llama.cpp reports the oldest position
+        the sequence still holds in any layer, as llama-server checks it, and keeps every position
+        from there on: overwriting a cell purges the sequence's older ones, so there are no holes.
+        """
+        oldest = int(self._ll.llama_memory_seq_pos_min(self._mem, seq_id))
+        if oldest < 0:
+            return False
+        return oldest <= (max(0, n_tokens - self.window) if self.window else 0)
+
+    def restore(self, seq_id: int, reuse: int, shared: dict[int, int]) -> int:
+        """`seq_id` holds `reuse` prompt tokens in full attention, but its window moved past them:
+        restore the checkpoint that reads the most of them and return how many it covers (0: none).
+        `shared` gives, per sequence, how many of its cached tokens equal the prompt's first ones."""
+        store = self.store
+        found = store.best((seq, min(n, reuse)) for seq, n in shared.items()) if store else None
+        if store is not None and found is not None:
+            _, checkpoint = found
+            n_tokens = checkpoint.n_tokens
+            if store.restore(checkpoint, seq_id):
+                self._ll.llama_memory_seq_rm(self._mem, seq_id, n_tokens, -1)
+                if self.holds(seq_id, n_tokens):
+                    return n_tokens
+        if not self.window:
+            why = "the cache no longer holds its start"
+        elif store is None:
+            why = f"the sliding-window layers ({self.window} tokens) moved past it and checkpoints are off"
+        else:
+            why = f"the sliding-window layers ({self.window} tokens) moved past it and no checkpoint covers it"
+        log.info("reading the whole prompt: it shares %d tokens with a cached one, but %s", reuse, why)
+        return 0
+
+    def plan(self, prompt_tokens: int, start: int, batch_tokens: int) -> list[int]:
+        """Where a request reading its prompt from `start` saves checkpoints (none without a store)."""
+        return checkpoint_positions(prompt_tokens, start, batch_tokens) if self.store is not None else []
+
+    def save(self, seq_id: int, n_tokens: int) -> None:
+        """Save `seq_id`'s window as having read `n_tokens` tokens, if the bounds allow."""
+        if self.store is not None and not self.store.save(seq_id, n_tokens):
+            log.debug("no checkpoint at %d tokens for sequence %d (over the memory budget)", n_tokens, seq_id)
+
+    def forget(self, seq_id: int, n_tokens: int) -> None:
+        """`seq_id` now holds only its first `n_tokens` tokens."""
+        if self.store is not None:
+            self.store.truncate(seq_id, n_tokens)
