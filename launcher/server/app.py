@@ -35,7 +35,7 @@ async def health(request: Request) -> Response:
     key = state.config.api_key
     detailed = not key or key_matches(key, dict(request.scope["headers"]))
     if state.model is not None:
-        details = {"model": state.model_id, "engine": state.engine_name} if detailed else {}
+        details = {"model": state.model_id, "engine": state.engine_name, "serving": state.serving()} if detailed else {}
         return JSONResponse({"status": "ok", **details})
     if state.load_error is not None:
         details = {"error": str(state.load_error)} if detailed else {}

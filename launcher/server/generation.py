@@ -119,6 +119,8 @@ class Generation:
         self._metrics = metrics
         self._started = started
         self._last_token_at: float | None = None
+        self._first_token_at = 0.0
+        self._first_tokens = 0  # tokens in the first event (not decode steps of this stream)
         self._completion_tokens = 0
         self._closed = False
         self._interrupted: str | None = None
@@ -138,7 +140,13 @@ class Generation:
             self._metrics.ttft.observe(ttft)
             if self._record is not None:
                 self._record.ttft_s = ttft
-            self._metrics.prefill_rate.add(max(self.prompt_tokens - event.cached_prompt_tokens, 0), now)
+            uncached = max(self.prompt_tokens - event.cached_prompt_tokens, 0)
+            self._metrics.prefill_rate.add(uncached, now)
+            if uncached:
+                self._metrics.prefill_uncached_tokens.inc(uncached)
+                self._metrics.prefill_seconds.inc(ttft)
+            self._first_token_at, self._first_tokens = now, count
+            self._metrics.busy.started(now)
         else:
             self._metrics.inter_token.observe((now - self._last_token_at) / count)
         self._last_token_at = now
@@ -220,7 +228,14 @@ class Generation:
         if self._closed:
             return
         self._closed = True
-        self._metrics.duration.observe(time.monotonic() - self._started)
+        now = time.monotonic()
+        self._metrics.duration.observe(now - self._started)
+        if self._last_token_at is not None:
+            self._metrics.busy.ended(self._last_token_at)
+            decoded = self._completion_tokens - self._first_tokens
+            if decoded > 0:
+                self._metrics.stream_decode_tokens.inc(decoded)
+                self._metrics.stream_decode_seconds.inc(self._last_token_at - self._first_token_at)
         if self._first is not None and not self._first.done():
             self._first.cancel()  # the engine's stream turns this into a cancelled job
             with contextlib.suppress(asyncio.CancelledError):

@@ -50,6 +50,50 @@ class RateWindow:
         return total / self.window_s
 
 
+class BusyClock:
+    """Seconds during which at least one stream was generating, so aggregate tok/s is the tokens
+    over that time (a server idle between bursts is not slow) and the mean concurrency is the
+    streams' own generating seconds over it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active = 0
+        self._since = 0.0
+        self._total = 0.0
+
+    def started(self, now: float) -> None:
+        """A stream produced its first token."""
+        with self._lock:
+            if self._active == 0:
+                self._since = now
+            self._active += 1
+
+    def ended(self, now: float) -> None:
+        """A stream that had started ended."""
+        with self._lock:
+            self._active = max(0, self._active - 1)
+            if self._active == 0:
+                self._total += now - self._since
+
+    def seconds(self, now: float | None = None) -> float:
+        """Busy seconds so far, including a busy spell still running."""
+        with self._lock:
+            running = (now if now is not None else time.monotonic()) - self._since if self._active else 0.0
+            return self._total + running
+
+
+class _BusyCollector(Collector):
+    """`launcher_busy_seconds_total`, read from the clock at scrape time."""
+
+    def __init__(self, clock: BusyClock) -> None:
+        self._clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            "launcher_busy_seconds", "time with at least one stream generating", value=self._clock.seconds()
+        )
+
+
 class _EngineCollector(Collector):
     """Reads the engine's live stats at scrape time."""
 
@@ -114,6 +158,23 @@ class ServerMetrics:
         self.duration = Histogram(
             "launcher_request_duration_seconds", "whole request", buckets=_LATENCY_BUCKETS, registry=reg
         )
+        # Per-stream figures that mean one thing each (the app and `launcher bench --calibrate` divide
+        # the deltas of these counters): decode = tokens after a stream's first over the time from its
+        # first to its last token; prefill = prompt tokens not served from cache over time to first token.
+        self.stream_decode_tokens = Counter(
+            "launcher_stream_decode_tokens", "tokens after each stream's first", registry=reg
+        )
+        self.stream_decode_seconds = Counter(
+            "launcher_stream_decode_seconds", "each stream's time from its first to its last token", registry=reg
+        )
+        self.prefill_uncached_tokens = Counter(
+            "launcher_prefill_uncached_tokens", "prompt tokens read (not from the prefix cache)", registry=reg
+        )
+        self.prefill_seconds = Counter(
+            "launcher_prefill_seconds", "time to first token of the requests that read prompt tokens", registry=reg
+        )
+        self.busy = BusyClock()
+        reg.register(_BusyCollector(self.busy))
         self.prefill_rate = RateWindow()
         self.decode_rate = RateWindow()
         prefill = Gauge("launcher_prefill_tokens_per_second", "prompt tokens/s, last few seconds", registry=reg)

@@ -141,6 +141,7 @@ def serve(config: ServeConfig) -> int:
             "engine_reason": setup.engine_reason,
             "context_length": info.context_length,
             "parallel": info.parallel,
+            "serving": state.serving(),
             "api_key_required": bool(config.api_key),
             "pid": os.getpid(),
         }

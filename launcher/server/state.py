@@ -104,6 +104,22 @@ class ServerState:
             return self.config.served_name
         return self.model.info.id if self.model is not None else ""
 
+    def serving(self) -> dict[str, object]:
+        """What runs here, as the app and `launcher bench --calibrate` need it to predict for exactly
+        these settings: the model file, its format, and the numbers it was loaded with."""
+        if self.model is None:
+            return {}
+        info, config = self.model.info, self.config
+        return {
+            "model_path": info.path,
+            "format": info.format,
+            "context": info.context_length,
+            "parallel": info.parallel,
+            "kv_cache_type": "f16" if config.kv_cache_type == "auto" else config.kv_cache_type,
+            "gpu_layers": config.gpu_layers,
+            "threads": config.threads,
+        }
+
     def resolve_model(self, requested: str) -> str:
         """The served model's id for a request's `model`.
 

@@ -21,6 +21,7 @@ from tests.conformance.servers import REPO_ROOT, SERVERS, start_server
 
 LLAMACPP = next(spec for spec in SERVERS if spec.engine == "llamacpp")
 READY_KEYS = {
+    "serving",
     "url",
     "base_url",
     "model",
@@ -142,6 +143,10 @@ def test_ready_line_then_clean_exit_on_sigterm(tiny_gguf: Path, tmp_path: Path) 
         assert set(server.ready) == READY_KEYS
         assert server.ready["model"] == "my-model" and server.ready["pid"] == server.process.pid
         assert server.ready["api_key_required"] is False and server.ready["base_url"] == server.url + "/v1"
+        serving = server.ready["serving"]
+        assert serving["model_path"] == str(tiny_gguf) and serving["format"] == "gguf"
+        assert serving["context"] == server.ready["context_length"] and serving["kv_cache_type"] == "f16"
+        assert httpx.get(f"{server.url}/health").json()["serving"] == serving
         assert httpx.get(f"{server.url}/v1/models").json()["data"][0]["id"] == "my-model"
     finally:
         server.process.send_signal(signal.SIGTERM)

@@ -164,8 +164,9 @@ def _build(
         embedder = Embedder(llama_cpp, model_pointer, min(train_context, 8192), threads) if pooling else None
         memory = {
             "weights": int(llama_cpp.llama_model_size(model_pointer)),
-            "kv_cache": _allocated_kv_bytes(context_log)
+            "kv_cache": _allocated_bytes(context_log, "KV")
             or _kv_cache_bytes(llama_cpp, model_pointer, architecture, n_ctx, kv_type),
+            "compute": _allocated_bytes(context_log, "compute"),  # activations of one micro-batch
         }
         swa_window = max(0, int(llama_cpp.llama_model_n_swa(model_pointer)))
         checkpoints = CheckpointStore(
@@ -253,13 +254,11 @@ def _meta_int(llama_cpp: ModuleType, model_pointer: Any, key: str) -> int:
         return 0
 
 
-_KV_BUFFER_LINE = re.compile(r"KV buffer size\s*=\s*([0-9.]+)\s*MiB")
-
-
-def _allocated_kv_bytes(context_log: list[str]) -> int:
-    """The KV buffers llama.cpp allocated, summed over devices and over the full and sliding-window
-    caches, from its context log ("CPU KV buffer size = 24.00 MiB"); 0 when the log has no such line."""
-    sizes = [float(match.group(1)) for line in context_log if (match := _KV_BUFFER_LINE.search(line))]
+def _allocated_bytes(context_log: list[str], kind: str) -> int:
+    """The `kind` buffers llama.cpp allocated ("KV", "compute"), summed over devices (and over the full
+    and sliding-window caches), from its context log ("CPU KV buffer size = 24.00 MiB"); 0 without one."""
+    pattern = re.compile(rf"\b{kind} buffer size\s*=\s*([0-9.]+)\s*MiB")
+    sizes = [float(match.group(1)) for line in context_log if (match := pattern.search(line))]
     return int(sum(sizes) * MIB)
 
 
