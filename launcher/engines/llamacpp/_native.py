@@ -33,7 +33,10 @@ _GGML_TO_LOGGING = {
 
 _lock = threading.Lock()
 _initialised = False
-_log_tail: collections.deque[str] = collections.deque(maxlen=200)  # a context's creation logs ~100 lines
+_log_tail: collections.deque[str] = collections.deque(maxlen=60)
+# "CPU KV buffer size = 72.00 MiB": what a context allocated. Kept apart from the tail, which a
+# context's graph reservation floods with hundreds of debug lines.
+_buffer_lines: collections.deque[str] = collections.deque(maxlen=64)
 _last_level = logging.DEBUG
 _callback_ref: Any = None  # keeps the ctypes callback alive for as long as llama.cpp may call it
 
@@ -106,6 +109,8 @@ def _install_log_callback(llama_cpp: ModuleType) -> None:
         line = text.decode("utf-8", errors="replace").rstrip("\n")
         if line:
             _log_tail.append(line)
+            if "buffer size" in line:
+                _buffer_lines.append(line)
             if log.isEnabledFor(py_level):
                 log.log(py_level, "llama.cpp: %s", line)
 
@@ -116,6 +121,12 @@ def _install_log_callback(llama_cpp: ModuleType) -> None:
 def clear_log_tail() -> None:
     """Forget captured llama.cpp log lines (call before an operation whose failure you will explain)."""
     _log_tail.clear()
+    _buffer_lines.clear()
+
+
+def buffer_lines() -> list[str]:
+    """The "... buffer size = N MiB" lines llama.cpp logged since `clear_log_tail`."""
+    return list(_buffer_lines)
 
 
 def log_tail(max_lines: int = 8) -> list[str]:

@@ -149,7 +149,7 @@ def _build(
         params.flash_attn_type = _FLASH_ATTN_ENABLED  # llama.cpp needs flash attention for a quantized V cache
     _native.clear_log_tail()
     context_pointer = llama_cpp.llama_init_from_model(model_pointer, params)
-    context_log = _native.log_tail(max_lines=200)
+    context_log = _native.buffer_lines()
     if not context_pointer:
         detail = " | ".join(_native.log_tail()[-2:])
         raise ModelDoesNotFitError(

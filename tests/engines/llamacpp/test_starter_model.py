@@ -32,3 +32,16 @@ async def test_starter_model_writes_real_text_and_batches_consistently(starter_g
         assert together[0].tokens == alone.tokens
     finally:
         model.close()
+
+
+def test_the_memory_gauge_is_what_llama_cpp_allocated(starter_gguf: Path) -> None:
+    # gemma-3-270m at 32k x 4: 3 full layers x 131,072 cells + 15 sliding layers x 2,560 cells
+    # (512 x 4 + 512), 1 KiB per cell and layer: 421.5 MiB, as the advisor predicts; the full-size
+    # cache would be 2,304 MiB.
+    model = load(starter_gguf, context=32768, parallel=4)
+    try:
+        memory = model.stats().memory
+    finally:
+        model.close()
+    assert memory["kv_cache"] == 1024 * (3 * 131072 + 15 * 2560)
+    assert memory["compute"] > 0 and memory["weights"] > 200 * 1024 * 1024
