@@ -163,9 +163,7 @@ def kv_cache_bytes(
         # llama.cpp (llama-kv-cache-iswa.cpp), one unified cache for all sequences:
         # GGML_PAD(min(size_base, n_swa * n_seq_max + n_ubatch), 256) cells in each sliding layer.
         size_base = context * parallel
-        assert arch.sliding_window is not None
-        swa_cells = min(size_base, _pad(arch.sliding_window * parallel + UBATCH_TOKENS, KV_CELL_PAD))
-        cells = full_layers * size_base + sliding_layers * swa_cells
+        cells = full_layers * size_base + sliding_layers * _llamacpp_swa_cells(arch, context, parallel)
     else:
         assert arch.sliding_window is not None
         cells = (full_layers * context + sliding_layers * min(arch.sliding_window, context)) * parallel
@@ -194,11 +192,27 @@ def swa_checkpoint_bytes(
     return min(per_slot * parallel * one, limit_mb * MIB)
 
 
-def _compute_buffer_bytes(arch: Architecture) -> int:
-    # Logits for one micro-batch dominate for big vocabularies; activations scale with hidden size.
-    # Vocabulary is not in the catalog: ~150k is typical of current models (Qwen 152k, Llama 128k, Gemma 262k).
-    vocab = 150_000
-    return int(UBATCH_TOKENS * (vocab * 4 + arch.hidden_size * 4 * 8))
+def _llamacpp_swa_cells(arch: Architecture, context: int, parallel: int) -> int:
+    """Cells of each sliding layer in llama.cpp's unified cache (llama-kv-cache-iswa.cpp):
+    GGML_PAD(min(size_base, n_swa * n_seq_max + n_ubatch), 256)."""
+    assert arch.sliding_window is not None
+    return min(context * parallel, _pad(arch.sliding_window * parallel + UBATCH_TOKENS, KV_CELL_PAD))
+
+
+DEFAULT_VOCAB = 150_000  # when the architecture does not say: Qwen 152k, Llama 128k, Gemma 262k
+
+
+def compute_buffer_bytes(arch: Architecture, context: int, parallel: int = 1) -> int:
+    """The activations of one micro-batch, as llama.cpp sizes its compute buffer: the larger of the
+    logits (512 tokens x vocabulary, f32) and the attention masks (512 x every KV cell, f16; sliding
+    layers have their own), plus the hidden states. Checked against llama.cpp's "compute buffer
+    size" for gemma-3-270m (514.5 MiB, logits-bound) and the tiny test models (1 KiB per cell,
+    mask-bound) at 4k/32k x 1/4."""
+    cells = context * parallel
+    ubatch = min(UBATCH_TOKENS, cells)
+    mask_cells = cells + (_llamacpp_swa_cells(arch, context, parallel) if _sliding_layers(arch) else 0)
+    logits = ubatch * (arch.vocab_size or DEFAULT_VOCAB) * 4
+    return int(max(logits, ubatch * mask_cells * 2) + ubatch * arch.hidden_size * 4 * 8)
 
 
 def fit_model(
@@ -221,7 +235,7 @@ def fit_model(
     """
     kv = kv_cache_bytes(arch, context, parallel, kv_type, sliding)
     checkpoints = swa_checkpoint_bytes(arch, context, parallel, kv_type) if sliding == "llamacpp" else 0
-    compute = _compute_buffer_bytes(arch)
+    compute = compute_buffer_bytes(arch, context, parallel)
     margin = int(SAFETY_MARGIN * (weights + kv))
     ram_free = max(0, machine.memory.available - CPU_RESERVE_BYTES)
     base = FitResult(

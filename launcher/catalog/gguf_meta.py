@@ -134,6 +134,7 @@ class GgufMetadata:
             max_context=self.context_length,
             sliding_window=self.sliding_window,
             full_attention_layers=self.full_attention_layers if self.sliding_window else None,
+            vocab_size=self.vocab_size or None,
             experts=self.experts if self.experts_active else None,
             experts_active=self.experts_active if self.experts else None,
         )

@@ -156,6 +156,7 @@ class Architecture(BaseModel):
     full_attention_layers: int | None = Field(
         None, description="layers keeping the full context when others slide (None: all full)"
     )
+    vocab_size: int | None = Field(None, gt=0, description="tokens in the vocabulary (sizes the logits buffer)")
     experts: int | None = Field(None, gt=0, description="routed experts per MoE layer")
     experts_active: int | None = Field(None, gt=0, description="experts each token is routed to")
 
