@@ -1,15 +1,18 @@
-"""Qt-free reading of the server's /metrics (contract 2) and the numbers the gauges show.
+"""Qt-free reading of the server's /metrics and the numbers the gauges show.
 
 `parse_metrics` turns one Prometheus text scrape into a `MetricsSnapshot`; `LiveSample.between`
 derives rates from two snapshots (tokens/s from counters, the mean TTFT of the requests that
-finished in between). `MeasuredTotals` keeps the running averages the app compares with the
-advisor's prediction.
+finished in between). `Measured` reads the server's cumulative figures (per-stream decode,
+uncached prefill, aggregate while busy, the engine's memory), and `compare` sets them beside the
+advisor's `Prediction` for the same settings, with the error in %.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+
+from launcher.core.units import format_bytes
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,11 @@ class MetricsSnapshot:
     ttft_count: float = 0.0
     prefix_cache_hits_total: float = 0.0
     prefix_cache_misses_total: float = 0.0
+    stream_decode_tokens_total: float = 0.0
+    stream_decode_seconds_total: float = 0.0
+    prefill_uncached_tokens_total: float = 0.0
+    prefill_seconds_total: float = 0.0
+    busy_seconds_total: float = 0.0
     engine_memory: dict[str, float] = field(default_factory=dict)
     process_resident_bytes: float | None = None
 
@@ -52,6 +60,11 @@ _SIMPLE = {
     "launcher_time_to_first_token_seconds_count": "ttft_count",
     "launcher_prefix_cache_hits_total": "prefix_cache_hits_total",
     "launcher_prefix_cache_misses_total": "prefix_cache_misses_total",
+    "launcher_stream_decode_tokens_total": "stream_decode_tokens_total",
+    "launcher_stream_decode_seconds_total": "stream_decode_seconds_total",
+    "launcher_prefill_uncached_tokens_total": "prefill_uncached_tokens_total",
+    "launcher_prefill_seconds_total": "prefill_seconds_total",
+    "launcher_busy_seconds_total": "busy_seconds_total",
     "process_resident_memory_bytes": "process_resident_bytes",
 }
 
@@ -141,35 +154,132 @@ class LiveSample:
         )
 
 
-@dataclass
-class MeasuredTotals:
-    """Running measurements to set against the advisor's prediction."""
+ENGINE_MEMORY_KINDS = ("weights", "kv_cache", "compute")  # what the engine allocated to run the model
+MEMORY_TOLERANCE = 0.15  # within this, a memory prediction holds
+DECODE_TOLERANCE = 0.20  # a calibrated decode prediction is expected this close (uncalibrated: its range)
 
-    decode_samples: list[float] = field(default_factory=list)
-    peak_rss_bytes: int = 0
-    peak_device_bytes: int = 0
 
-    def add(self, sample: LiveSample) -> None:
-        """Fold one poll in; only busy polls count towards the decode average."""
-        if sample.decode_tps > 0:
-            self.decode_samples.append(sample.decode_tps)
-            del self.decode_samples[:-120]
-        self.peak_rss_bytes = max(self.peak_rss_bytes, sample.memory.rss_bytes or 0)
-        self.peak_device_bytes = max(self.peak_device_bytes, sample.memory.device_used_bytes or 0)
+@dataclass(frozen=True)
+class Measured:
+    """The server's own figures since it started, each meaning one thing (see the server's metrics)."""
 
-    @property
-    def decode_tps(self) -> float | None:
-        """Mean decode tokens/s while busy, or None before any traffic."""
-        if not self.decode_samples:
-            return None
-        return sum(self.decode_samples) / len(self.decode_samples)
+    decode_tps: float | None = None  # per stream: tokens after its first over first -> last token
+    prefill_tps: float | None = None  # prompt tokens not from cache over time to first token
+    aggregate_tps: float | None = None  # all streams' tokens over the time any stream was generating
+    concurrency: float | None = None  # streams generating at once, on average, while busy
+    engine_memory_bytes: int | None = None  # weights + KV cache + compute buffers, as the engine allocated
+    checkpoint_bytes: int = 0  # sliding-window checkpoints held now
+    rss_bytes: int | None = None
+    device_bytes: int | None = None
+
+    @classmethod
+    def from_sample(cls, sample: LiveSample) -> Measured:
+        """Read the cumulative counters of the latest scrape."""
+        snap = sample.snapshot
+
+        def ratio(part: float, whole: float) -> float | None:
+            return part / whole if part > 0 and whole > 0 else None
+
+        kinds = [snap.engine_memory[kind] for kind in ENGINE_MEMORY_KINDS if kind in snap.engine_memory]
+        return cls(
+            decode_tps=ratio(snap.stream_decode_tokens_total, snap.stream_decode_seconds_total),
+            prefill_tps=ratio(snap.prefill_uncached_tokens_total, snap.prefill_seconds_total),
+            aggregate_tps=ratio(snap.generation_tokens_total, snap.busy_seconds_total),
+            concurrency=ratio(snap.stream_decode_seconds_total, snap.busy_seconds_total),
+            engine_memory_bytes=int(sum(kinds)) if kinds else None,
+            checkpoint_bytes=int(snap.engine_memory.get("swa_checkpoints", 0)),
+            rss_bytes=sample.memory.rss_bytes,
+            device_bytes=sample.memory.device_used_bytes,
+        )
 
 
 @dataclass(frozen=True)
 class Prediction:
-    """What the advisor predicted for the model being served."""
+    """What the advisor predicted for the server as it runs (its engine, context, parallel, KV type)."""
 
-    memory_bytes: int | None
+    memory_bytes: int | None  # weights + KV + overhead: comparable with the engine's own figures
     decode_low: float | None
     decode_high: float | None
     where: str = ""  # "CPU only", "full GPU", ...
+    prefill_low: float | None = None
+    prefill_high: float | None = None
+    checkpoint_bound_bytes: int = 0  # sliding-window checkpoints may take up to this, in host RAM
+    calibrated_runs: int = 0  # 0: the advisor's model alone
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One line of predicted beside measured, and whether the prediction held."""
+
+    text: str
+    error: float | None = None  # measured vs predicted (centre), signed
+    off: bool = False  # outside the tolerance: the app marks it
+
+
+def _percent(error: float) -> str:
+    return f"{error:+.0%}"
+
+
+def compare(prediction: Prediction | None, measured: Measured | None) -> list[Comparison]:
+    """Memory, decode and prefill, predicted beside measured, with the error in % (Qt-free)."""
+    lines: list[Comparison] = []
+    if prediction is None:
+        lines.append(Comparison("No prediction for this model: the advisor has no numbers for it."))
+        prediction = Prediction(None, None, None)
+    elif prediction.memory_bytes:
+        predicted = format_bytes(prediction.memory_bytes)
+        if measured is None or measured.engine_memory_bytes is None:
+            lines.append(Comparison(f"Memory: predicted {predicted} ({prediction.where}); measured once loaded."))
+        else:
+            error = (measured.engine_memory_bytes - prediction.memory_bytes) / prediction.memory_bytes
+            extra = f"; process RSS {format_bytes(measured.rss_bytes)}" if measured.rss_bytes else ""
+            if prediction.checkpoint_bound_bytes:
+                extra += (
+                    f"; checkpoints {format_bytes(measured.checkpoint_bytes)} "
+                    f"of up to {format_bytes(prediction.checkpoint_bound_bytes)}"
+                )
+            lines.append(
+                Comparison(
+                    f"Memory (weights + KV + buffers): predicted {predicted}, measured "
+                    f"{format_bytes(measured.engine_memory_bytes)} ({_percent(error)}){extra}.",
+                    error,
+                    abs(error) > MEMORY_TOLERANCE,
+                )
+            )
+    lines.append(_speed("Decode per stream", prediction.decode_low, prediction.decode_high, measured, prediction))
+    if prediction.prefill_low is not None or (measured is not None and measured.prefill_tps is not None):
+        lines.append(_speed("Prefill", prediction.prefill_low, prediction.prefill_high, measured, prediction))
+    if measured is not None and measured.aggregate_tps is not None and measured.concurrency is not None:
+        lines.append(
+            Comparison(
+                f"All streams: {_tps(measured.aggregate_tps)} tok/s at {measured.concurrency:.1f} streams on average "
+                "while busy."
+            )
+        )
+    return lines
+
+
+def _speed(
+    label: str, low: float | None, high: float | None, measured: Measured | None, prediction: Prediction
+) -> Comparison:
+    value = None
+    if measured is not None:
+        value = measured.decode_tps if label.startswith("Decode") else measured.prefill_tps
+    if low is None or high is None:
+        predicted = "no prediction"
+    else:
+        how = f", calibrated from {prediction.calibrated_runs} run{'s' * (prediction.calibrated_runs != 1)}"
+        predicted = f"predicted {_tps(low)}–{_tps(high)} tok/s{how if prediction.calibrated_runs else ''}"
+    if value is None:
+        return Comparison(f"{label}: {predicted}; send a few requests to measure.")
+    if low is None or high is None:
+        return Comparison(f"{label}: {predicted}, measured {_tps(value)} tok/s.")
+    centre = (low + high) / 2
+    error = (value - centre) / centre
+    # Calibrated, the centre should be this close; uncalibrated, the range is the claim.
+    off = abs(error) > DECODE_TOLERANCE if prediction.calibrated_runs else not low <= value <= high
+    return Comparison(f"{label}: {predicted}, measured {_tps(value)} tok/s ({_percent(error)}).", error, off)
+
+
+def _tps(value: float) -> str:
+    return f"{value:.1f}" if value < 100 else f"{value:.0f}"

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from PySide6.QtCore import QCoreApplication, QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
@@ -47,6 +47,7 @@ class ServerEndpoint:
     api_key_required: bool
     pid: int
     api_key: str | None = None
+    serving: dict[str, Any] = field(default_factory=dict)  # model file, format, context, KV type, GPU layers
 
     @classmethod
     def from_ready_line(cls, payload: str, api_key: str | None) -> ServerEndpoint:
@@ -63,6 +64,7 @@ class ServerEndpoint:
             api_key_required=bool(data.get("api_key_required", False)),
             pid=int(data.get("pid", 0)),
             api_key=api_key,
+            serving=dict(data.get("serving") or {}),
         )
 
 

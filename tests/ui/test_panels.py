@@ -13,7 +13,7 @@ from launcher.core.settings import Settings, WindowGeometry
 from launcher.hardware.recorded import load_recorded, recorded_names
 from launcher.ui.cli_gui import NO_DISPLAY_EXIT_CODE, display_available
 from launcher.ui.main_window import MainWindow
-from launcher.ui.metrics import LiveSample, ProcessMemory, parse_metrics
+from launcher.ui.metrics import LiveSample, Prediction, ProcessMemory, parse_metrics
 from launcher.ui.panels.agents import AgentsPanel
 from launcher.ui.panels.gauges import GaugesPanel
 from launcher.ui.panels.machine import MachinePanel
@@ -69,6 +69,9 @@ def test_gauges_show_a_metrics_scrape() -> None:
         "# TYPE launcher_time_to_first_token_seconds histogram\n"
         'launcher_time_to_first_token_seconds_bucket{le="+Inf"} 4\n'
         "launcher_time_to_first_token_seconds_sum 0.8\nlauncher_time_to_first_token_seconds_count 4\n"
+        "# TYPE launcher_stream_decode_tokens_total counter\nlauncher_stream_decode_tokens_total 116\n"
+        "# TYPE launcher_stream_decode_seconds_total counter\nlauncher_stream_decode_seconds_total 4\n"
+        "# TYPE launcher_busy_seconds_total counter\nlauncher_busy_seconds_total 2\n"
     )
     before = parse_metrics(text.replace("_sum 0.8", "_sum 0.2").replace("_count 4", "_count 2"), 10.0)
     now = parse_metrics(text, 11.0)
@@ -82,7 +85,18 @@ def test_gauges_show_a_metrics_scrape() -> None:
     assert panel.kv.value() == "25%"
     assert panel.ttft.value() == "300 ms"
     assert "900.0 MiB" in panel.rss.value()
-    assert "measured 42.5 tok/s" in panel.speed_compare.text()
+    assert panel.decode.caption_label.text().endswith("per stream 29.0")  # 116 tokens over 4 s of streams decoding
+    lines = [line.text for line in panel.comparisons()]
+    assert "Decode per stream: no prediction, measured 29.0 tok/s." in lines
+    assert "All streams: 60.0 tok/s at 2.0 streams on average while busy." in lines  # 120 tokens in 2 busy s
+    panel.set_prediction(Prediction(None, 20.0, 30.0))
+    assert "Decode per stream: predicted 20.0–30.0 tok/s, measured 29.0 tok/s (+16%)." in [
+        line.text for line in panel.comparisons()
+    ]
+    assert not panel.comparison_lines[0].text().startswith("⚠")
+    panel.set_prediction(Prediction(None, 10.0, 20.0))
+    off = [label.text() for label in panel.comparison_lines if label.text().startswith("⚠")]
+    assert off == ["⚠ Decode per stream: predicted 10.0–20.0 tok/s, measured 29.0 tok/s (+93%)."]
 
 
 def test_network_access_always_gets_an_api_key(qtbot) -> None:  # type: ignore[no-untyped-def]

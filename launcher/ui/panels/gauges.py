@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from collections import deque
 
-from PySide6.QtWidgets import QGridLayout, QLabel, QProgressBar, QVBoxLayout, QWidget
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from launcher.core.units import format_bytes
-from launcher.ui.metrics import LiveSample, MeasuredTotals, Prediction
+from launcher.ui.metrics import Comparison, LiveSample, Measured, Prediction, compare
 from launcher.ui.widgets.card import Card, StatTile, muted
 from launcher.ui.widgets.sparkline import Sparkline
 
@@ -21,12 +22,18 @@ def _tps(value: float) -> str:
     return f"{value:.1f}" if value < 100 else f"{value:.0f}"
 
 
+OFF_MARK = "⚠ "  # a prediction that missed by more than its tolerance
+COMPARISON_LINES = 4  # memory (or "no prediction"), decode, prefill, all streams
+
+
 class GaugesPanel(Card):
     """The live numbers; `update_sample` is called once a second by the poller's signal."""
 
+    calibrate_requested = Signal()
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Live", parent)
-        self.totals = MeasuredTotals()
+        self.measured: Measured | None = None
         self.prediction: Prediction | None = None
         self._ttfts: deque[float] = deque(maxlen=TTFT_HISTORY)
         self.last_sample: LiveSample | None = None
@@ -34,7 +41,7 @@ class GaugesPanel(Card):
         grid = QGridLayout()
         grid.setHorizontalSpacing(24)
         grid.setVerticalSpacing(12)
-        self.decode = StatTile("decode tok/s")
+        self.decode = StatTile("generated tok/s, all streams")
         self.decode_graph = Sparkline()
         self.prefill = StatTile("prefill tok/s")
         self.prefill_graph = Sparkline(colour="#8b5cf6")
@@ -63,13 +70,24 @@ class GaugesPanel(Card):
             grid.setColumnStretch(column, 1)
         self.body.addLayout(grid)
 
+        heading = QHBoxLayout()
         self.compare_title = QLabel("Predicted vs measured")
         self.compare_title.setObjectName("CardTitle")
-        self.memory_compare = muted("Memory: start a server to compare.")
-        self.speed_compare = muted("Speed: send a few requests to compare.")
-        self.body.addWidget(self.compare_title)
-        self.body.addWidget(self.memory_compare)
-        self.body.addWidget(self.speed_compare)
+        self.calibrate_button = QPushButton("Calibrate predictions")
+        self.calibrate_button.setToolTip(
+            "Run a short fixed workload on this server and keep how far the advisor's predictions were off,"
+            " so its later predictions on this machine are corrected (launcher bench --calibrate)."
+        )
+        self.calibrate_button.clicked.connect(self.calibrate_requested)
+        heading.addWidget(self.compare_title)
+        heading.addStretch(1)
+        heading.addWidget(self.calibrate_button)
+        self.body.addLayout(heading)
+        self.comparison_lines = [muted() for _ in range(COMPARISON_LINES)]
+        for label in self.comparison_lines:
+            self.body.addWidget(label)
+        self.calibration_status = muted()
+        self.body.addWidget(self.calibration_status)
         self.reset()
 
     @staticmethod
@@ -84,7 +102,7 @@ class GaugesPanel(Card):
 
     def reset(self) -> None:
         """Back to the idle look (server stopped)."""
-        self.totals = MeasuredTotals()
+        self.measured = None
         self._ttfts.clear()
         self.last_sample = None
         for tile in (
@@ -117,11 +135,14 @@ class GaugesPanel(Card):
         """Show one poll."""
         self.set_title("Live")
         self.last_sample = sample
-        self.totals.add(sample)
+        self.measured = Measured.from_sample(sample)
         decode = sample.decode_tps or sample.generated_tps
-        self.decode.set_value(_tps(decode))
+        measured = self.measured
+        per_stream = f"per stream {_tps(measured.decode_tps)}" if measured.decode_tps else ""
+        self.decode.set_value(_tps(decode), per_stream)
         self.decode_graph.add(decode)
-        self.prefill.set_value(_tps(sample.prefill_tps))
+        per_request = f"since start {_tps(measured.prefill_tps)}" if measured.prefill_tps else ""
+        self.prefill.set_value(_tps(sample.prefill_tps), per_request)
         self.prefill_graph.add(sample.prefill_tps)
         if sample.ttft_recent is not None:
             self._ttfts.append(sample.ttft_recent)
@@ -151,38 +172,29 @@ class GaugesPanel(Card):
             self.device_bar.setValue(round(ratio * 100))
         self._update_comparison()
 
+    def set_calibration_status(self, text: str, *, busy: bool = False) -> None:
+        """What the last calibration did (or that one runs now)."""
+        self.calibration_status.setText(text)
+        self.calibrate_button.setEnabled(not busy and self.last_sample is not None)
+
+    def comparisons(self) -> list[Comparison]:
+        """The lines shown under "Predicted vs measured" (for tests and the screenshots)."""
+        if self.prediction is None and self.last_sample is None:
+            return [
+                Comparison("Start the server to set the advisor's memory and speed predictions against measurements.")
+            ]
+        return compare(self.prediction, self.measured)
+
     def _update_comparison(self) -> None:
-        prediction = self.prediction
-        if prediction is None and self.last_sample is None:
-            self.memory_compare.setText(
-                "Start the server to set the advisor's memory and speed predictions against measurements."
+        lines = self.comparisons()
+        for label, line in zip(self.comparison_lines, [*lines, *[None] * COMPARISON_LINES], strict=False):
+            text = "" if line is None else (OFF_MARK if line.off else "") + line.text
+            label.setText(text)
+            label.setVisible(bool(text))
+            label.setProperty("off", bool(line and line.off))
+            label.setToolTip(
+                "Outside the prediction's tolerance: calibrate to correct this machine's predictions."
+                if line is not None and line.off
+                else ""
             )
-            self.speed_compare.setText("")
-            return
-        if prediction is None or prediction.memory_bytes is None:
-            self.memory_compare.setText("Memory: no prediction for this model (the advisor has no numbers for it).")
-        elif self.last_sample is None:
-            self.memory_compare.setText(
-                f"Memory: predicted {format_bytes(prediction.memory_bytes)}"
-                f" ({prediction.where}); measured after loading."
-            )
-        else:
-            measured = self.last_sample.memory.device_used_bytes or self.last_sample.memory.rss_bytes or 0
-            delta = (measured - prediction.memory_bytes) / prediction.memory_bytes if prediction.memory_bytes else 0
-            self.memory_compare.setText(
-                f"Memory: predicted {format_bytes(prediction.memory_bytes)}, "
-                f"measured {format_bytes(measured)}"
-                f" ({delta:+.0%})."
-            )
-        measured_tps = self.totals.decode_tps
-        if prediction is None or prediction.decode_low is None:
-            predicted = "no prediction"
-        else:
-            predicted = f"predicted {_tps(prediction.decode_low)}–{_tps(prediction.decode_high or 0)} tok/s"
-        if measured_tps is None:
-            self.speed_compare.setText(f"Decode speed: {predicted}; send a few requests to measure.")
-        else:
-            self.speed_compare.setText(
-                f"Decode speed: {predicted}, measured {_tps(measured_tps)} tok/s"
-                f" over {len(self.totals.decode_samples)} busy seconds."
-            )
+        self.calibrate_button.setEnabled(self.last_sample is not None)
