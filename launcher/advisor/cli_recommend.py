@@ -76,6 +76,15 @@ def option_json(option: Option) -> dict[str, Any]:
             "decode_tok_s": [round(option.speed.decode_low, 1), round(option.speed.decode_high, 1)],
             "prefill_tok_s": [round(option.speed.prefill_low, 1), round(option.speed.prefill_high, 1)],
             "bound": option.speed.bound,
+            "calibrated_runs": option.speed.calibrated_runs,
+        },
+        # The fit's needed bytes as this machine's calibration runs correct them (None: never calibrated).
+        "memory_calibrated": None
+        if option.memory is None
+        else {
+            "needed_bytes": option.memory.needed,
+            "range_bytes": [option.memory.low, option.memory.high],
+            "runs": option.memory.runs,
         },
     }
 
@@ -95,6 +104,13 @@ def recommendation_json(rec: Recommendation) -> dict[str, Any]:
     }
 
 
+def _calibrated_memory_lines(option: Option) -> list[str]:
+    """The memory breakdown's last line when this machine's runs correct the fit's total."""
+    if option.memory is None:
+        return []
+    return [f"    corrected by runs on this machine: needs {format_bytes(option.memory.needed)} ({option.memory.note})"]
+
+
 def format_recommendation(rec: Recommendation) -> str:
     """Human-readable recommendation."""
     choice = rec.choice
@@ -104,6 +120,7 @@ def format_recommendation(rec: Recommendation) -> str:
         f"  context {rec.context} tokens x {rec.users} user(s), KV cache {rec.kv_type}; {choice.speed.summary()}",
         "  memory:",
         *("    " + line for line in choice.fit.breakdown().splitlines()),
+        *_calibrated_memory_lines(choice),
         "  why:",
         *(f"    - {reason}" for reason in rec.reasons),
     ]

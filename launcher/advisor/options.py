@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from launcher.advisor.calibration import MemoryEstimate, calibrated_memory
+from launcher.advisor.calibration_store import CalibrationChoice, resolve_calibration
 from launcher.advisor.fit import FitResult, KvType, SlidingCache, fit_model, weights_bytes
 from launcher.advisor.speed import SpeedEstimate, estimate_speed
 from launcher.advisor.tables import bits_per_weight
@@ -40,6 +42,7 @@ class Option:
     source: str  # "unsloth/Qwen3-8B-GGUF:Qwen3-8B-Q4_K_M.gguf", "turboderp/Qwen3-8B-exl3@4.0bpw"
     launchable: bool = True  # False for hand-offs (vLLM) the launcher does not run itself
     unavailable_reason: str | None = None  # engine not installed / not usable here
+    memory: MemoryEstimate | None = None  # the fit's needed bytes as this machine's runs correct them
 
     @property
     def kv_type(self) -> KvType:
@@ -128,8 +131,13 @@ def build_option(
     parallel: int,
     kv_type: KvType = "f16",
     status: EngineStatus | None = None,
+    calibration: CalibrationChoice = "stored",
 ) -> Option:
-    """Fit and time one (engine, format, quant) for `model` on `machine`."""
+    """Fit and time one (engine, format, quant) for `model` on `machine`.
+
+    The speed (and a corrected memory figure, not the verdict) follow this machine's calibration
+    runs when `calibration` has some for the engine; None gives the model's raw prediction.
+    """
     table_format = "vllm" if engine == "vllm" else fmt
     bpw = bits_per_weight(table_format, quant)
     weights = _recorded_size(model, fmt, quant) or weights_bytes(model.architecture, bpw)
@@ -146,7 +154,11 @@ def build_option(
         sliding=sliding_cache(engine),
     )
     tensor_parallel = engine in ("exllamav3", "vllm") and len(machine.nvidia_gpus) > 1
-    speed = estimate_speed(machine, model.architecture, bpw, fit, tensor_parallel=tensor_parallel)
+    runs = resolve_calibration(machine, calibration)
+    applicable = runs.for_model(engine, model.architecture.params_active_b) if runs is not None else None
+    speed = estimate_speed(
+        machine, model.architecture, bpw, fit, tensor_parallel=tensor_parallel, calibration=applicable
+    )
     reason = None
     if engine in LAUNCHABLE_ENGINES and status is not None:
         reason = status.get(engine, "not registered")
@@ -161,6 +173,7 @@ def build_option(
         source=_source(model, fmt, quant),
         launchable=engine in LAUNCHABLE_ENGINES,
         unavailable_reason=reason,
+        memory=calibrated_memory(fit, applicable),
     )
 
 
@@ -179,6 +192,7 @@ def candidate_options(
     parallel: int,
     status: EngineStatus | None = None,
     team: bool = False,
+    calibration: CalibrationChoice = "stored",
 ) -> list[Option]:
     """Every option worth considering for this machine (engines that cannot run here are left out)."""
     specs: list[tuple[str, str, str]] = []
@@ -195,7 +209,10 @@ def candidate_options(
     if nvidia and (team or is_datacenter(machine)):
         fp8 = min_cc >= (8, 9)
         specs += [("vllm", "fp8" if fp8 else "awq", "FP8" if fp8 else "AWQ"), ("vllm", "bf16", "BF16")]
+    runs = resolve_calibration(machine, calibration)  # once, not once per option
     return [
-        build_option(machine, model, engine, fmt, quant, context=context, parallel=parallel, status=status)
+        build_option(
+            machine, model, engine, fmt, quant, context=context, parallel=parallel, status=status, calibration=runs
+        )
         for engine, fmt, quant in specs
     ]

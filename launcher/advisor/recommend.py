@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from launcher.advisor.calibration import MachineCalibration
+from launcher.advisor.calibration_store import CalibrationChoice, resolve_calibration
 from launcher.advisor.fit import VERDICT_LABELS, VERDICT_RANK
 from launcher.advisor.options import (
     ENGINE_LABELS,
@@ -136,7 +138,12 @@ def _lever_reason(chosen: Option, f16_pick: Option | None, gguf: list[Option]) -
 
 
 def _with_kv_lever(
-    machine: Machine, model: CatalogModel, option: Option, users: int, status: EngineStatus | None
+    machine: Machine,
+    model: CatalogModel,
+    option: Option,
+    users: int,
+    status: EngineStatus | None,
+    calibration: MachineCalibration | None,
 ) -> Option:
     """`option` again with a q8_0 KV cache."""
     return build_option(
@@ -149,6 +156,7 @@ def _with_kv_lever(
         parallel=users,
         kv_type=KV_LEVER,
         status=status,
+        calibration=calibration,
     )
 
 
@@ -219,6 +227,7 @@ def _advice(
     context: int,
     users: int,
     status: EngineStatus | None,
+    calibration: MachineCalibration | None,
 ) -> tuple[str, ...]:
     """What to change to make a non-fitting option fit."""
     fit = option.fit
@@ -237,6 +246,7 @@ def _advice(
             context=context,
             parallel=users,
             status=status,
+            calibration=calibration,
         )
         if alt.fit.fits and alt.bits_per_weight < option.bits_per_weight:
             lines.append(f"use {quant}")
@@ -251,12 +261,13 @@ def _advice(
             context=smaller_context,
             parallel=users,
             status=status,
+            calibration=calibration,
         )
         if alt.fit.fits:
             lines.append(f"or context {smaller_context // 1024}k")
             break
     if kv_lever_applies(option.engine) and option.kv_type != KV_LEVER:
-        alt = _with_kv_lever(machine, model, option, users, status)
+        alt = _with_kv_lever(machine, model, option, users, status, calibration)
         if alt.fit.fits:
             lines.append(f"or {kv_lever_cost(fit.kv_bytes, alt.fit.kv_bytes, context)}")
     if len(lines) == 1:
@@ -265,12 +276,26 @@ def _advice(
 
 
 def _full_gpu_hint(
-    machine: Machine, model: CatalogModel, chosen: Option, context: int, users: int, status: EngineStatus | None
+    machine: Machine,
+    model: CatalogModel,
+    chosen: Option,
+    context: int,
+    users: int,
+    status: EngineStatus | None,
+    calibration: MachineCalibration | None,
 ) -> list[str]:
     """When a partial offload would become a full GPU load at a smaller context, say so with the speed-up."""
     for smaller in (c for c in FALLBACK_CONTEXTS if c < context):
         alt = build_option(
-            machine, model, chosen.engine, chosen.format, chosen.quant, context=smaller, parallel=users, status=status
+            machine,
+            model,
+            chosen.engine,
+            chosen.format,
+            chosen.quant,
+            context=smaller,
+            parallel=users,
+            status=status,
+            calibration=calibration,
         )
         if alt.fit.verdict in ("full_gpu", "unified"):
             speedup = alt.speed.decode_high / max(chosen.speed.decode_high, 1e-9)
@@ -288,14 +313,19 @@ def recommend(
     context: int | None = None,
     users: int = 1,
     status: EngineStatus | None = None,
+    calibration: CalibrationChoice = "stored",
 ) -> Recommendation:
     """Recommend engine + format + quant + context for `model` on `machine`, with reasons and alternatives.
 
     `status` maps engine names to None (usable) or the reason they are not; without it every
     engine is assumed installable, which is right for advice about another machine.
+    `calibration` narrows speed predictions with runs measured on `machine` ("stored": the data
+    folder's runs for its fingerprint, so another machine's advice is never skewed by this one's;
+    None: the model alone). It never changes which option is picked for memory reasons.
     """
     if users < 1:
         raise CatalogError("users must be at least 1")
+    runs = resolve_calibration(machine, calibration)
     team = users >= TEAM_USERS
     if context:
         contexts = [context]
@@ -308,20 +338,26 @@ def recommend(
     reasons: list[str] = []
     used_context = contexts[0]
     for ctx in contexts:
-        options = candidate_options(machine, model, context=ctx, parallel=users, status=status, team=team)
+        options = candidate_options(
+            machine, model, context=ctx, parallel=users, status=status, team=team, calibration=runs
+        )
         if not options:
             raise CatalogError(f"{model.name} has no weights in a format this machine can run.")
-        lever = [_with_kv_lever(machine, model, o, users, status) for o in options if kv_lever_applies(o.engine)]
+        lever = [_with_kv_lever(machine, model, o, users, status, runs) for o in options if kv_lever_applies(o.engine)]
         chosen, reasons = _pick(machine, options, team, lever)
         used_context = ctx
         if chosen is not None:
             break
     if chosen is None:
         # Nothing fits at any context: report the smallest quant at the asked/first context, with advice.
-        options = candidate_options(machine, model, context=contexts[0], parallel=users, status=status, team=team)
+        options = candidate_options(
+            machine, model, context=contexts[0], parallel=users, status=status, team=team, calibration=runs
+        )
         used_context = contexts[0]
         base = min(options, key=lambda o: o.fit.needed_bytes)
-        chosen = replace(base, fit=replace(base.fit, advice=_advice(machine, model, base, used_context, users, status)))
+        chosen = replace(
+            base, fit=replace(base.fit, advice=_advice(machine, model, base, used_context, users, status, runs))
+        )
         reasons = [f"Will not fit: {chosen.fit.advice[0]}."]
     else:
         if context is None and used_context < contexts[0]:
@@ -336,7 +372,7 @@ def recommend(
                 f"{model.architecture.params_active_b:g}B are read per token, so it decodes like a small model."
             )
         if chosen.fit.verdict == "partial":
-            reasons.extend(_full_gpu_hint(machine, model, chosen, used_context, users, status))
+            reasons.extend(_full_gpu_hint(machine, model, chosen, used_context, users, status, runs))
         if chosen.unavailable_reason:
             reasons.append(f"{ENGINE_LABELS[chosen.engine]} is not usable here yet: {chosen.unavailable_reason}.")
     others = sorted(

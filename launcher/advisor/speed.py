@@ -7,12 +7,17 @@
 With partial offload a token's time is the GPU part at VRAM speed plus the CPU part at RAM
 speed. CPU decode is also capped by compute (dequantising every weight costs arithmetic),
 which matters on small machines where RAM bandwidth is not the limit.
+
+Runs measured on this machine (`launcher bench --calibrate`, see `launcher.advisor.calibration`)
+re-centre and narrow these ranges: `predict_speed` is what the advisor's callers use.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from launcher.advisor.calibration import Calibration
+from launcher.advisor.calibration_store import CalibrationChoice, resolve_calibration
 from launcher.advisor.fit import FitResult, kv_cache_bytes
 from launcher.catalog.schema import Architecture
 from launcher.hardware.machine import CpuInfo, Machine
@@ -37,6 +42,18 @@ class SpeedEstimate:
     prefill_low: float
     prefill_high: float
     bound: str  # plain words: "GPU memory bandwidth (1008 GB/s)"
+    calibrated_runs: int = 0  # runs on this machine that set the decode range (0: the model alone)
+    calibration_note: str = ""  # "calibrated from 3 runs on this machine"
+
+    @property
+    def decode_mid(self) -> float:
+        """The middle of the decode range: the one number a calibration run compares with."""
+        return (self.decode_low + self.decode_high) / 2
+
+    @property
+    def prefill_mid(self) -> float:
+        """The middle of the prefill range."""
+        return (self.prefill_low + self.prefill_high) / 2
 
     def decode_range(self) -> str:
         """'35-56' (one decimal below 10 tok/s, where it matters)."""
@@ -47,8 +64,9 @@ class SpeedEstimate:
         return f"{format_tps(self.prefill_low)}-{format_tps(self.prefill_high)}"
 
     def summary(self) -> str:
-        """'decode 35-56 tok/s, prefill 900-1800 tok/s (GPU memory bandwidth ...)'."""
-        return f"decode {self.decode_range()} tok/s, prefill {self.prefill_range()} tok/s ({self.bound})"
+        """'decode 35-56 tok/s, prefill 900-1800 tok/s (GPU memory bandwidth ...; calibrated from 3 runs ...)'."""
+        why = f"{self.bound}; {self.calibration_note}" if self.calibration_note else self.bound
+        return f"decode {self.decode_range()} tok/s, prefill {self.prefill_range()} tok/s ({why})"
 
 
 def format_tps(value: float) -> str:
@@ -76,8 +94,9 @@ def estimate_speed(
     fit: FitResult,
     *,
     tensor_parallel: bool = False,
+    calibration: Calibration | None = None,
 ) -> SpeedEstimate:
-    """Single-stream decode and prefill ranges for a fitted load."""
+    """Single-stream decode and prefill ranges for a fitted load, narrowed by `calibration` when given."""
     active_weights = arch.params_active_b * 1e9 * bits_per_weight / 8
     kv_read = kv_cache_bytes(arch, min(WORKING_CONTEXT, fit.context), 1, fit.kv_type)
     per_token = active_weights + kv_read
@@ -131,10 +150,54 @@ def estimate_speed(
             if compute_bound
             else f"RAM bandwidth (~{cpu_bw / 1e9:.0f} GB/s{'' if machine.cpu.memory_bandwidth else ', assumed'})"
         )
-    return SpeedEstimate(
+    estimate = SpeedEstimate(
         decode_low=decode(DECODE_EFFICIENCY[0], CPU_DECODE_EFFICIENCY[0]),
         decode_high=decode(DECODE_EFFICIENCY[1], CPU_DECODE_EFFICIENCY[1]),
         prefill_low=prefill(PREFILL_EFFICIENCY[0], CPU_PREFILL_EFFICIENCY[0]),
         prefill_high=prefill(PREFILL_EFFICIENCY[1], CPU_PREFILL_EFFICIENCY[1]),
         bound=bound,
     )
+    return calibrated(estimate, calibration) if calibration is not None else estimate
+
+
+def calibrated(estimate: SpeedEstimate, calibration: Calibration) -> SpeedEstimate:
+    """The model's estimate re-centred on what this machine measured: the middle of each range times
+    the median measured / predicted ratio, give or take the spread the runs justify."""
+    decode_fix = calibration.correction("decode")
+    prefill_fix = calibration.correction("prefill")
+    decode = decode_fix.range_around(estimate.decode_mid) if decode_fix else (estimate.decode_low, estimate.decode_high)
+    prefill = (
+        prefill_fix.range_around(estimate.prefill_mid) if prefill_fix else (estimate.prefill_low, estimate.prefill_high)
+    )
+    fix = decode_fix or prefill_fix
+    if fix is None:  # the runs measured memory only
+        return estimate
+    return replace(
+        estimate,
+        decode_low=decode[0],
+        decode_high=decode[1],
+        prefill_low=prefill[0],
+        prefill_high=prefill[1],
+        calibrated_runs=fix.runs,
+        calibration_note=calibration.note(fix.runs),
+    )
+
+
+def predict_speed(
+    machine: Machine,
+    arch: Architecture,
+    bits_per_weight: float,
+    fit: FitResult,
+    *,
+    engine: str,
+    tensor_parallel: bool = False,
+    calibration: CalibrationChoice = "stored",
+) -> SpeedEstimate:
+    """`estimate_speed` calibrated with this machine's runs for `engine` and the model's size class.
+
+    `calibration="stored"` reads the runs `launcher bench --calibrate` stored (cached); None gives
+    the model's raw estimate. A machine that was never calibrated gets the raw estimate too.
+    """
+    runs = resolve_calibration(machine, calibration)
+    applicable = runs.for_model(engine, arch.params_active_b) if runs is not None else None
+    return estimate_speed(machine, arch, bits_per_weight, fit, tensor_parallel=tensor_parallel, calibration=applicable)

@@ -68,12 +68,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-pid", type=int, help="sample this process's memory (default: the port's owner)")
     parser.add_argument("--timeout", type=float, default=600.0, help="per-request timeout in seconds")
     parser.add_argument("--label", default="", help="a title for the report (e.g. the server's name)")
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="instead of the benchmark: measure a running `launcher serve` (decode, prefill, memory), compare"
+        " with the advisor's prediction for what it serves, and store the run so this machine's later"
+        " predictions are calibrated (a short fixed workload; the workload flags do not apply)",
+    )
     parser.add_argument("--json", dest="json_out", metavar="OUT", help="write the JSON report here")
     parser.add_argument("--markdown", dest="markdown_out", metavar="OUT", help="write the Markdown report here")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark, print the Markdown report, write the files asked for."""
+    if args.calibrate:
+        return run_calibration(args)
     import asyncio
     import json
     from pathlib import Path
@@ -129,6 +138,32 @@ def run(args: argparse.Namespace) -> int:
         Path(args.markdown_out).write_text(markdown, encoding="utf-8")
     failed = sum(p["errors"] for w in report["workloads"] for p in w["phases"])
     return 1 if failed else 0
+
+
+def run_calibration(args: argparse.Namespace) -> int:
+    """`--calibrate`: predict, measure, store, print (and write `--json OUT`)."""
+    import asyncio
+    import json
+    from pathlib import Path
+
+    from launcher.bench.calibrate import calibrate
+    from launcher.bench.calibrate_report import outcome_json, render_text
+    from launcher.bench.runner import ServerUnreachable
+    from launcher.hardware.probe import probe_machine
+
+    if not args.base_url.startswith(("http://", "https://")):
+        raise ConfigError(f"--base-url must start with http:// or https://, got {args.base_url!r}")
+    machine = probe_machine()
+    try:
+        outcome = asyncio.run(
+            calibrate(args.base_url, machine, api_key=args.api_key, model=args.model, timeout=args.timeout)
+        )
+    except ServerUnreachable as err:
+        raise ServerError(f"nothing answers at {args.base_url} ({err}); is `launcher serve` running?") from None
+    print(render_text(outcome), end="")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(outcome_json(outcome), indent=2) + "\n", encoding="utf-8")
+    return 0 if outcome.run is not None else 1
 
 
 def bench_flags(args: argparse.Namespace) -> dict[str, Any]:

@@ -1,0 +1,144 @@
+"""What `launcher bench --calibrate` prints and writes: predicted vs measured, and the new prediction."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from launcher.advisor.calibration import describe_machine
+from launcher.advisor.speed import format_tps
+from launcher.bench.calibrate import CalibrationOutcome
+from launcher.core.units import format_bytes
+
+
+def error_percent(predicted: float, measured: float | None) -> float | None:
+    """How far the prediction was off, as a share of the measurement (+: predicted too high)."""
+    return (predicted - measured) / measured * 100 if measured else None
+
+
+def _error_text(predicted: float, measured: float | None) -> str:
+    error = error_percent(predicted, measured)
+    return "" if error is None else f"{error:+.0f}%"
+
+
+def render_text(outcome: CalibrationOutcome) -> str:
+    """The human report."""
+    speed, measured, served = outcome.prediction.speed, outcome.measured, outcome.served
+    rows = [
+        (
+            "decode",
+            f"{speed.decode_range()} tok/s (mid {format_tps(speed.decode_mid)})",
+            f"{format_tps(measured.decode_tps)} tok/s" if measured.decode_tps else "not measured",
+            _error_text(speed.decode_mid, measured.decode_tps),
+        ),
+        (
+            "prefill",
+            f"{speed.prefill_range()} tok/s (mid {format_tps(speed.prefill_mid)})",
+            f"{format_tps(measured.prefill_tps)} tok/s" if measured.prefill_tps else "not measured",
+            _error_text(speed.prefill_mid, measured.prefill_tps),
+        ),
+        (
+            "memory",
+            format_bytes(outcome.prediction.memory_bytes),
+            format_bytes(measured.memory_bytes) if measured.memory_bytes else "not reported by the engine",
+            _error_text(outcome.prediction.memory_bytes, measured.memory_bytes),
+        ),
+    ]
+    lines = [
+        f"Calibrating {served.describe()}, {outcome.prediction.fit.label}",
+        f"on {describe_machine(outcome.machine)}",
+        "",
+        f"{'':<8}  {'predicted by the model':<34}  {'measured':<26}  error",
+        *(f"{name:<8}  {predicted:<34}  {got:<26}  {error}".rstrip() for name, predicted, got, error in rows),
+    ]
+    cores = outcome.machine.cpu.logical_cores
+    if measured.load_before is not None and measured.load_before >= cores:
+        lines += [
+            "",
+            f"The machine was busy when this run began (load average {measured.load_before:.1f} on {cores} "
+            "logical cores): if other work was running, these speeds measure it too; rerun when the machine is idle.",
+        ]
+    if measured.errors:
+        lines += ["", "Requests that failed: " + "; ".join(measured.errors)]
+    if outcome.run is None or outcome.stored is None:
+        lines += ["", "Nothing was measured, so nothing was stored."]
+        return "\n".join(lines) + "\n"
+    same_key = [
+        r for r in outcome.stored.runs if (r.engine, r.size_class) == (outcome.run.engine, outcome.run.size_class)
+    ]
+    plural = "run" if len(same_key) == 1 else "runs"
+    lines += [
+        "",
+        f"Stored in {outcome.store_path}: {len(same_key)} {plural} of {served.engine} with "
+        f"{outcome.run.size_class} models on this machine.",
+    ]
+    if outcome.calibrated_speed is not None:
+        lines.append(f"Now predicted: {outcome.calibrated_speed.summary()}")
+    if outcome.calibrated_memory is not None:
+        memory = outcome.calibrated_memory
+        engine_part = memory.needed - memory.checkpoint_bytes
+        low, high = memory.low - memory.checkpoint_bytes, memory.high - memory.checkpoint_bytes
+        checkpoints = (
+            f", plus up to {format_bytes(memory.checkpoint_bytes)} of KV checkpoints" if memory.checkpoint_bytes else ""
+        )
+        lines.append(
+            f"Memory now predicted: {format_bytes(engine_part)} ({format_bytes(low)}-{format_bytes(high)}) "
+            f"for weights, KV and compute{checkpoints}; {memory.note}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def outcome_json(outcome: CalibrationOutcome) -> dict[str, Any]:
+    """The machine-readable report (`--json OUT`)."""
+    speed, measured, served, fit = outcome.prediction.speed, outcome.measured, outcome.served, outcome.prediction.fit
+    calibrated = outcome.calibrated_speed
+    return {
+        "machine": describe_machine(outcome.machine),
+        "serving": {
+            "model": served.model_id,
+            "engine": served.engine,
+            "model_path": str(served.path),
+            "format": served.format,
+            "context": served.context,
+            "parallel": served.parallel,
+            "kv_cache_type": served.kv_type,
+            "gpu_layers": served.gpu_layers,
+            "threads": served.threads,
+        },
+        "predicted": {
+            "decode_tok_s": [speed.decode_low, speed.decode_high],
+            "prefill_tok_s": [speed.prefill_low, speed.prefill_high],
+            "memory_bytes": outcome.prediction.memory_bytes,
+            "verdict": fit.verdict,
+            "gpu_layers": fit.gpu_layers,
+            "bound": speed.bound,
+        },
+        "measured": {
+            "decode_tok_s": measured.decode_tps,
+            "decode_samples": list(measured.decode_samples),
+            "prefill_tok_s": measured.prefill_tps,
+            "prefill_samples": list(measured.prefill_samples),
+            "prefill_uncached_prompt_tokens": list(measured.prefill_prompt_tokens),
+            "memory_bytes": measured.memory_bytes,
+            "memory_parts": measured.memory_parts,
+            "errors": list(measured.errors),
+            "load_average_before": measured.load_before,
+        },
+        "error_percent": {
+            "decode": error_percent(speed.decode_mid, measured.decode_tps),
+            "prefill": error_percent(speed.prefill_mid, measured.prefill_tps),
+            "memory": error_percent(outcome.prediction.memory_bytes, measured.memory_bytes),
+        },
+        "stored": outcome.run is not None,
+        "store": str(outcome.store_path),
+        "run": None if outcome.run is None else asdict(outcome.run),
+        "calibrated": None
+        if calibrated is None
+        else {
+            "decode_tok_s": [calibrated.decode_low, calibrated.decode_high],
+            "prefill_tok_s": [calibrated.prefill_low, calibrated.prefill_high],
+            "runs": calibrated.calibrated_runs,
+            "note": calibrated.calibration_note,
+            "memory_bytes": None if outcome.calibrated_memory is None else outcome.calibrated_memory.needed,
+        },
+    }
