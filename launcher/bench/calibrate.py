@@ -10,6 +10,7 @@ model): three greedy answers for decode speed, two fresh ~1,000-token prompts fo
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -264,3 +265,8 @@ async def calibrate(
     )
     memory = calibrated_memory(prediction.fit, applicable)
     return CalibrationOutcome(machine, served, prediction, measured, run, stored, store_path, speed, memory)
+
+
+def calibrate_blocking(base_url: str, machine: Machine, *, api_key: str | None = None) -> CalibrationOutcome:
+    """`calibrate` for a caller without an event loop (the app runs it on a worker thread)."""
+    return asyncio.run(calibrate(base_url, machine, api_key=api_key))

@@ -142,3 +142,16 @@ def outcome_json(outcome: CalibrationOutcome) -> dict[str, Any]:
             "memory_bytes": None if outcome.calibrated_memory is None else outcome.calibrated_memory.needed,
         },
     }
+
+
+def summary_line(outcome: CalibrationOutcome) -> str:
+    """One line for the app: what decode measured against the prediction, and what is stored."""
+    speed, measured = outcome.prediction.speed, outcome.measured
+    if outcome.run is None or measured.decode_tps is None:
+        return "Calibration measured nothing (no request produced tokens), so nothing was stored."
+    error = _error_text(speed.decode_mid, measured.decode_tps)
+    now = f"; now predicted {outcome.calibrated_speed.decode_range()} tok/s" if outcome.calibrated_speed else ""
+    return (
+        f"Calibrated: decode measured {format_tps(measured.decode_tps)} tok/s per stream against "
+        f"{speed.decode_range()} predicted ({error}){now}. Stored for this machine."
+    )

@@ -100,6 +100,8 @@ class MainWindow(QMainWindow):
         self.server_panel = ServerPanel(self.server)
         self.server_panel.load_config(self.settings.serve)
         self.gauges = GaugesPanel()
+        self.gauges.calibrate_requested.connect(self._calibrate)
+        self.endpoint: ServerEndpoint | None = None
         self.logs_page = LogsPanel()
         self.agents_page = AgentsPanel(home=home)
         self.chat_page = ChatPanel()
@@ -260,15 +262,10 @@ class MainWindow(QMainWindow):
     def _server_ready(self, endpoint: ServerEndpoint) -> None:
         self.status_label.setText(f"Serving {endpoint.model} at {endpoint.base_url}")
         self.gauges.reset()
+        self.endpoint = endpoint
         from launcher.ui.metrics_poller import MetricsPoller
-        from launcher.ui.model_rows import prediction_for
 
-        if self.machine is not None and self.served_row is not None:
-            self.gauges.set_prediction(
-                prediction_for(self.served_row, self.machine, endpoint.context_length, endpoint.parallel)
-            )
-        else:
-            self.gauges.set_prediction(None)
+        self._predict_for_server()
         self._stop_poller()
         self.chat_page.set_endpoint(endpoint)
         self.agents_page.set_endpoint(endpoint)
@@ -277,11 +274,45 @@ class MainWindow(QMainWindow):
         self.poller.unreachable.connect(self.gauges.set_unreachable)
         self.poller.start()
 
+    def _predict_for_server(self) -> None:
+        """The advisor's prediction for what the server runs, as this machine's runs correct it."""
+        from launcher.ui.model_rows import prediction_for_server
+
+        endpoint = self.endpoint
+        ready = self.machine is not None and endpoint is not None
+        prediction = prediction_for_server(self.machine, endpoint) if ready else None  # type: ignore[arg-type]
+        self.gauges.set_prediction(prediction)
+
+    def _calibrate(self) -> None:
+        """Measure the running server with the fixed calibration workload (a few seconds, off the UI
+        thread), store the run, and show the corrected prediction."""
+        endpoint, machine = self.endpoint, self.machine
+        if endpoint is None or machine is None:
+            return
+        from launcher.bench.calibrate import calibrate_blocking
+        from launcher.bench.calibrate_report import summary_line
+
+        self.gauges.set_calibration_status("Calibrating: a few short requests to this server…", busy=True)
+
+        def done(outcome: object) -> None:
+            self.gauges.set_calibration_status(summary_line(outcome))  # type: ignore[arg-type]
+            self._predict_for_server()
+
+        def failed(message: str) -> None:
+            self.gauges.set_calibration_status(f"Calibration failed: {message}")
+
+        workers.run_in_background(
+            lambda: calibrate_blocking(endpoint.base_url, machine, api_key=endpoint.api_key),
+            on_done=done,
+            on_failed=failed,
+        )
+
     def _sample(self, sample: LiveSample) -> None:
         self.gauges.update_sample(sample)
 
     def _server_finished(self, outcome: ServerOutcome) -> None:
         self._stop_poller()
+        self.endpoint = None
         self.chat_page.set_endpoint(None)
         self.agents_page.set_endpoint(None)
         self.status_label.setText(str(outcome).splitlines()[0])

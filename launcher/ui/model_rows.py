@@ -11,15 +11,25 @@ from __future__ import annotations
 import importlib.util
 import sys
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal, Protocol
 
-from launcher.advisor import Recommendation, ServePlan, SpeedEstimate, estimate_speed, plan_local, recommend
+from launcher.advisor import Recommendation, ServePlan, SpeedEstimate, plan_local, predict_speed, recommend
 from launcher.catalog.catalog import default_catalog
 from launcher.catalog.library import LibraryEntry, scan_library
 from launcher.catalog.schema import Catalog, CatalogModel
 from launcher.core.errors import LauncherError
 from launcher.hardware.machine import Machine
 from launcher.ui.metrics import Prediction
+
+
+class ServerEndpointFacts(Protocol):
+    """What a prediction for a running server needs from its ready line (a `ServerEndpoint`)."""
+
+    url: str
+    model: str
+    engine: str
+    serving: dict[str, Any]
+
 
 RowKind = Literal["catalog", "local", "hub"]
 
@@ -116,7 +126,7 @@ def _local_row(machine: Machine, entry: LibraryEntry) -> ModelRow:
             plan = plan_local(machine, model.format, entry.architecture, entry.size_bytes)
             verdict = plan.fit.verdict
             bits = entry.size_bytes * 8 / (entry.architecture.params_total_b * 1e9)
-            speed = estimate_speed(machine, entry.architecture, bits, plan.fit)
+            speed = predict_speed(machine, entry.architecture, bits, plan.fit, engine=plan.engine)
             decode = (speed.decode_low, speed.decode_high)
         except (LauncherError, ValueError, ZeroDivisionError) as err:
             note = f"no prediction: {err}"
@@ -169,19 +179,25 @@ def with_download_state(row: ModelRow, entry: LibraryEntry) -> ModelRow:
     return replace(row, downloaded=True, serve_spec=entry.name, local=entry)
 
 
-def prediction_for(row: ModelRow, machine: Machine, context: int, parallel: int) -> Prediction | None:
-    """The advisor's memory and speed prediction for serving `row` at this context and parallelism."""
-    arch = row.catalog.architecture if row.catalog else (row.local.architecture if row.local else None)
-    if arch is None:
-        return None
-    weights = row.local.size_bytes if row.local and row.local.size_bytes else row.size_bytes
-    fmt = row.local.model.format if row.local else (row.recommendation.choice.format if row.recommendation else "gguf")
-    if not weights:
-        return None
+def prediction_for_server(machine: Machine, endpoint: ServerEndpointFacts) -> Prediction | None:
+    """The advisor's memory and speed prediction for exactly what the server runs (its model file,
+    engine, context, parallel, KV type and GPU layers), corrected by this machine's calibration runs."""
+    from launcher.bench.calibrate import ServedModel, predict_served
+
+    health = {"model": endpoint.model, "engine": endpoint.engine, "serving": endpoint.serving}
     try:
-        plan = plan_local(machine, fmt, arch, weights, context=context, parallel=parallel)
-        bits = weights * 8 / (arch.params_total_b * 1e9)
-        speed = estimate_speed(machine, arch, bits, plan.fit)
+        served = ServedModel.from_health(health, endpoint.url)
+        predicted = predict_served(machine, served, calibration="stored")
     except (LauncherError, ValueError, ZeroDivisionError):
         return None
-    return Prediction(plan.fit.needed_bytes, speed.decode_low, speed.decode_high, plan.fit.label)
+    speed, fit = predicted.speed, predicted.fit
+    return Prediction(
+        memory_bytes=predicted.memory_bytes,
+        decode_low=speed.decode_low,
+        decode_high=speed.decode_high,
+        where=fit.label,
+        prefill_low=speed.prefill_low,
+        prefill_high=speed.prefill_high,
+        checkpoint_bound_bytes=fit.checkpoint_bytes,
+        calibrated_runs=speed.calibrated_runs,
+    )

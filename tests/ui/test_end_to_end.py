@@ -58,6 +58,18 @@ def test_serve_chat_and_watch_gauges(qtbot, tiny_gguf, tmp_path) -> None:  # typ
     assert max(window.gauges.decode_graph.values()) > 0
     assert window.gauges.rss.value() != "–"
 
+    # Predicted beside measured, for what the server runs (1,024 tokens x 2 sequences, its KV type).
+    assert (endpoint.serving["context"], endpoint.serving["parallel"]) == (1024, 2)
+    prediction = window.gauges.prediction
+    assert prediction is not None and prediction.memory_bytes and prediction.calibrated_runs == 0
+    qtbot.waitUntil(lambda: "measured" in window.gauges.comparison_lines[0].text(), timeout=10_000)
+
+    # Calibrate from the window: a few requests, a run stored for this machine, a prediction that says so.
+    window.gauges.calibrate_button.click()
+    qtbot.waitUntil(lambda: window.gauges.calibration_status.text().startswith("Calibrated"), timeout=120_000)
+    assert window.gauges.prediction is not None and window.gauges.prediction.calibrated_runs == 1
+    assert any("calibrated from 1 run" in line.text for line in window.gauges.comparisons())
+
     with qtbot.waitSignal(window.server.finished, timeout=30_000) as finished:
         window.server_panel.stop_button.click()
     assert finished.args[0].kind == "stopped"

@@ -28,10 +28,11 @@ def verdict_badge_text(verdict: str | None) -> tuple[str, str]:
 
 def speed_text(speed: SpeedEstimate) -> str:
     """'decode 35–56 tok/s · prefill 900–1800 tok/s'."""
-    return (
+    text = (
         f"decode {speed.decode_low:.0f}–{speed.decode_high:.0f} tok/s · "
         f"prefill {speed.prefill_low:.0f}–{speed.prefill_high:.0f} tok/s"
     )
+    return f"{text} · {speed.calibration_note}" if speed.calibration_note else text
 
 
 class RecommendationPanel(Card):
