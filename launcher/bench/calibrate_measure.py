@@ -82,25 +82,42 @@ def prefill_rate(result: RequestResult) -> float | None:
     return tokens / seconds if tokens and seconds > 0 else None
 
 
-async def engine_memory(client: httpx.AsyncClient, base_url: str) -> dict[str, int]:
-    """launcher_engine_memory_bytes by kind from /metrics ({} when the server reports none)."""
+async def _scrape(client: httpx.AsyncClient, base_url: str) -> list[tuple[str, dict[str, str], float]]:
+    """(name, labels, value) of every sample in /metrics ([] when the server has none)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
         response = await client.get(metrics_url(base_url))
     except httpx.HTTPError:
-        return {}
+        return []
     if response.status_code != 200:
-        return {}
-    parts: dict[str, int] = {}
+        return []
     try:
-        for family in text_string_to_metric_families(response.text):
-            for sample in family.samples:
-                if sample.name == "launcher_engine_memory_bytes" and "kind" in sample.labels:
-                    parts[sample.labels["kind"]] = int(sample.value)
+        families = list(text_string_to_metric_families(response.text))
     except ValueError:
-        return {}
-    return parts
+        return []
+    return [(s.name, dict(s.labels), float(s.value)) for family in families for s in family.samples]
+
+
+async def engine_memory(client: httpx.AsyncClient, base_url: str) -> dict[str, int]:
+    """launcher_engine_memory_bytes by kind from /metrics ({} when the server reports none)."""
+    samples = await _scrape(client, base_url)
+    return {
+        labels["kind"]: int(value)
+        for name, labels, value in samples
+        if name == "launcher_engine_memory_bytes" and "kind" in labels
+    }
+
+
+async def stream_decode_counters(client: httpx.AsyncClient, base_url: str) -> tuple[float, float] | None:
+    """The server's own per-stream decode counters (tokens after each stream's first, and the time
+    they took), or None from a server without them."""
+    values = {name: value for name, _, value in await _scrape(client, base_url)}
+    tokens, seconds = (
+        values.get("launcher_stream_decode_tokens_total"),
+        values.get("launcher_stream_decode_seconds_total"),
+    )
+    return (tokens, seconds) if tokens is not None and seconds is not None else None
 
 
 def memory_total(parts: dict[str, int]) -> int | None:
@@ -108,6 +125,12 @@ def memory_total(parts: dict[str, int]) -> int | None:
     if not all(parts.get(kind) for kind in REQUIRED_MEMORY_KINDS):
         return None
     return sum(parts.get(kind, 0) for kind in MEMORY_KINDS)
+
+
+def _rate_between(before: tuple[float, float] | None, after: tuple[float, float] | None) -> float | None:
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
 
 
 def _median(values: list[float]) -> float | None:
@@ -132,12 +155,16 @@ async def measure(
     rng = random.Random(secrets.randbits(64))
     errors: list[str] = []
     decode: list[float] = []
+    counters_before = await stream_decode_counters(client, base_url)
     for index, request in enumerate(short_prompt_long_answer(settings, rng, workload.decode_requests)):
         result = await stream_chat(client, request, model=model, seed=index)
         if (rate := decode_rate(result, workload.min_decode_chunks)) is not None:
             decode.append(rate)
         elif result.error:
             errors.append(result.error)
+    # The server times each token where it is made; the client sees them after HTTP, SSE chunking and
+    # its own scheduling, which is noise for a fast model (a toy GGUF makes a token in 0.1 ms).
+    server_decode = _rate_between(counters_before, await stream_decode_counters(client, base_url))
     prefill: list[float] = []
     prompt_tokens: list[int] = []
     for index, request in enumerate(long_prompt_short_answer(settings, rng, workload.prefill_requests)):
@@ -149,7 +176,7 @@ async def measure(
             errors.append(result.error)
     parts = await engine_memory(client, base_url)
     return Measurement(
-        decode_tps=_median(decode),
+        decode_tps=server_decode or _median(decode),
         prefill_tps=_median(prefill),
         memory_bytes=memory_total(parts),
         decode_samples=tuple(decode),

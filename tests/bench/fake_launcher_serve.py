@@ -42,6 +42,10 @@ class FakeServe:
     memory: dict[str, int] = field(
         default_factory=lambda: {"weights": 100 * MIB, "kv_cache": 20 * MIB, "compute": 5 * MIB, "swa_checkpoints": MIB}
     )
+    # Set: /metrics also has launcher serve's per-stream decode counters, as timed "in the engine":
+    # each stream adds its tokens after the first and that many times this delay.
+    server_decode_delay: float | None = None
+    stream_decode: list[float] = field(default_factory=lambda: [0.0, 0.0])  # tokens, seconds
     bodies: list[dict[str, Any]] = field(default_factory=list)
     health_headers: list[str] = field(default_factory=list)
 
@@ -90,6 +94,14 @@ def build_app(fake: FakeServe) -> Starlette:
             "# TYPE launcher_engine_memory_bytes gauge",
             *(f'launcher_engine_memory_bytes{{kind="{kind}"}} {value}' for kind, value in fake.memory.items()),
         ]
+        if fake.server_decode_delay is not None:
+            tokens, seconds = fake.stream_decode
+            lines += [
+                "# TYPE launcher_stream_decode_tokens_total counter",
+                f"launcher_stream_decode_tokens_total {tokens}",
+                "# TYPE launcher_stream_decode_seconds_total counter",
+                f"launcher_stream_decode_seconds_total {seconds}",
+            ]
         return PlainTextResponse("\n".join(lines) + "\n")
 
     async def chat(request: Request) -> Response:
@@ -109,6 +121,10 @@ def build_app(fake: FakeServe) -> Starlette:
                     await asyncio.sleep(fake.decode_delay)
                 yield _chunk(f"w{index} ")
             yield _chunk(None, "length")
+            if fake.server_decode_delay is not None:
+                after_first = int(body["max_tokens"]) - 1
+                fake.stream_decode[0] += after_first
+                fake.stream_decode[1] += after_first * fake.server_decode_delay
             usage = {
                 "prompt_tokens": words + fake.template_tokens,
                 "completion_tokens": int(body["max_tokens"]),

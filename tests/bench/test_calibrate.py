@@ -156,3 +156,12 @@ def test_the_prediction_does_not_count_the_served_model_against_itself(tiny_gguf
     prediction = predict_served(busy, served)
     assert prediction.fit.verdict == "unified"
     assert prediction.speed == predict_served(idle, served).speed
+
+
+def test_decode_comes_from_the_servers_own_counters_when_it_has_them(tiny_gguf: Path) -> None:
+    # The client sees a chunk every 20 ms; the server says its tokens took 10 ms each (HTTP and the
+    # client's scheduling are not the engine's speed, and dominate for a fast model).
+    fake = FakeServe(tiny_gguf, decode_delay=0.02, prefill_delay=0.02, server_decode_delay=0.01)
+    outcome = _calibrate(fake, laptop_cpu())
+    assert outcome.measured.decode_tps == pytest.approx(100.0)
+    assert outcome.measured.decode_samples and outcome.measured.decode_samples[0] == pytest.approx(50, rel=0.2)
