@@ -12,8 +12,9 @@ from launcher.core.units import format_bytes
 
 
 def error_percent(predicted: float, measured: float | None) -> float | None:
-    """How far the prediction was off, as a share of the measurement (+: predicted too high)."""
-    return (predicted - measured) / measured * 100 if measured else None
+    """How far the measurement landed from the prediction, as a share of the prediction (+: measured
+    more than predicted), the same way the app and docs/benchmarks.md state it."""
+    return (measured - predicted) / predicted * 100 if measured and predicted else None
 
 
 def _error_text(predicted: float, measured: float | None) -> str:

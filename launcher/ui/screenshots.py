@@ -50,6 +50,16 @@ def wait_for(signal: SignalInstance, timeout_s: float, until: Callable[..., bool
     return bool(fired)
 
 
+def _wait_until(app: QApplication, condition: Callable[[], bool], timeout_s: float) -> bool:
+    """Run the event loop until `condition()` holds or the timeout passes."""
+    deadline = QTimer()
+    deadline.setSingleShot(True)
+    deadline.start(int(timeout_s * 1000))
+    while not condition() and deadline.isActive():
+        app.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents, 100)
+    return condition()
+
+
 def _grab(app: QApplication, window: MainWindow, key: str, path: Path) -> Path:
     window.show_page(key)
     _settle(app, window)
@@ -90,6 +100,11 @@ def _live_pictures(app: QApplication, outdir: Path) -> list[Path]:
     if window.poller is not None:
         for _ in range(3):
             wait_for(window.poller.sample, 5)
+    # Calibrate from the window, so the Server picture shows predictions corrected for this machine.
+    window.gauges.calibrate_button.click()
+    _wait_until(app, lambda: window.gauges.calibration_status.text().startswith(("Calibrated", "Calibration")), 300)
+    if window.poller is not None:
+        wait_for(window.poller.sample, 5)
     window.agents_page.select_agent("aider")
     window.agents_page.run_test()
     wait_for(window.agents_page.test_finished, 180)
