@@ -87,6 +87,11 @@ class CalibrationRun:
     decode_ratio: float | None
     prefill_ratio: float | None
     memory_ratio: float | None
+    # What was measured, for showing beside a later prediction of the same model (None in runs
+    # stored before these were kept).
+    decode_tps: float | None = None
+    prefill_tps: float | None = None
+    memory_bytes: int | None = None
 
     def ratio(self, metric: Metric) -> float | None:
         """measured / predicted for `metric`, None when that run could not measure it."""

@@ -46,6 +46,7 @@ FILE_FORMAT = "launcher-calibration"
 FILE_VERSION = 1
 _FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 _RATIOS = ("decode_ratio", "prefill_ratio", "memory_ratio")
+_MEASURED = ("decode_tps", "prefill_tps", "memory_bytes")  # optional: runs stored before they were kept
 
 CalibrationChoice = MachineCalibration | Literal["stored"] | None
 """What a prediction is calibrated with: "stored" (this machine's runs from the data folder),
@@ -70,8 +71,13 @@ def calibration_file() -> Path:
 
 
 def _run_from_json(item: object) -> CalibrationRun:
-    if not isinstance(item, dict) or set(item) != {f.name for f in fields(CalibrationRun)}:
+    known = {f.name for f in fields(CalibrationRun)}
+    if not isinstance(item, dict) or not known - set(_MEASURED) <= set(item) <= known:
         raise InvalidCalibrationFile(f"a run has other fields than a calibration run: {str(item)[:120]}")
+    for key in _MEASURED:
+        value = item.get(key)
+        if value is not None and (type(value) not in (int, float) or not math.isfinite(value) or value <= 0):
+            raise InvalidCalibrationFile(f"{key} must be a positive number, got {value!r}")
     texts = ("when", "engine", "size_class", "model", "kv_type")
     if not all(isinstance(item[k], str) and item[k] for k in texts):
         raise InvalidCalibrationFile(f"a run has an empty or non-text field: {str(item)[:120]}")
@@ -99,7 +105,21 @@ def _run_from_json(item: object) -> CalibrationRun:
         decode_ratio=decode,
         prefill_ratio=prefill,
         memory_ratio=memory,
+        decode_tps=_number(item.get("decode_tps")),
+        prefill_tps=_number(item.get("prefill_tps")),
+        memory_bytes=None if item.get("memory_bytes") is None else int(item["memory_bytes"]),
     )
+
+
+def _number(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
+
+def measured_runs(machine: Machine, model_file: str, path: Path | None = None) -> tuple[CalibrationRun, ...]:
+    """This machine's runs that measured the model file `model_file`, oldest first."""
+    record = load_calibrations(path).get(machine_fingerprint(machine))
+    runs = record.runs if record is not None else ()
+    return tuple(run for run in runs if run.model == model_file and run.decode_tps is not None)
 
 
 def parse_calibrations(data: object) -> dict[str, MachineRecord]:

@@ -250,6 +250,9 @@ async def calibrate(
         decode_ratio=ratio(measured.decode_tps, prediction.speed.decode_mid),
         prefill_ratio=ratio(measured.prefill_tps, prediction.speed.prefill_mid),
         memory_ratio=ratio(measured.memory_bytes, prediction.memory_bytes),
+        decode_tps=measured.decode_tps,
+        prefill_tps=measured.prefill_tps,
+        memory_bytes=measured.memory_bytes,
     )
     if run.decode_ratio is None and run.prefill_ratio is None and run.memory_ratio is None:
         return CalibrationOutcome(machine, served, prediction, measured, None, None, store_path, None, None)

@@ -14,6 +14,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
 from launcher.advisor import Recommendation, ServePlan, SpeedEstimate, plan_local, predict_speed, recommend
+from launcher.advisor.calibration import CalibrationRun
+from launcher.advisor.calibration_store import measured_runs
 from launcher.catalog.catalog import default_catalog
 from launcher.catalog.library import LibraryEntry, scan_library
 from launcher.catalog.schema import Catalog, CatalogModel
@@ -60,6 +62,7 @@ class ModelRow:
     hub_quant: str | None = None
     note: str | None = None  # why there is no verdict, or a problem with the files
     search_text: str = ""
+    measured: CalibrationRun | None = None  # the last calibration run of this row's file on this machine
 
     def matches(self, query: str) -> bool:
         """Case-insensitive match on every word of the query."""
@@ -171,7 +174,39 @@ def build_rows(
     rows = [_catalog_row(machine, model, by_catalog.get(model.id, []), status) for model in catalog.models]
     rows.sort(key=lambda r: (not r.downloaded, not (r.catalog and r.catalog.starter)))
     rows += [_local_row(machine, entry) for entry in loose]
-    return rows
+    return [_with_measurement(machine, row) for row in rows] if this_machine else rows
+
+
+def _with_measurement(machine: Machine, row: ModelRow) -> ModelRow:
+    """The row with the last calibration run of its file here, if one was made."""
+    if row.local is None:
+        return row
+    runs = measured_runs(machine, row.local.model.path.name)
+    return replace(row, measured=runs[-1]) if runs else row
+
+
+def measured_text(row: ModelRow, speed: SpeedEstimate | None) -> str | None:
+    """'Measured here: decode 66 tok/s per stream (+4% of predicted), prefill ...' for the card."""
+    run = row.measured
+    if run is None or run.decode_tps is None:
+        return None
+
+    def beside(value: float | None, low: float | None, high: float | None) -> str:
+        if value is None:
+            return "not measured"
+        shown = f"{value:.1f}" if value < 10 else f"{value:.0f}"
+        if low is None or high is None:
+            return f"{shown} tok/s"
+        centre = (low + high) / 2
+        return f"{shown} tok/s ({(value - centre) / centre:+.0%} of predicted)"
+
+    decode = beside(run.decode_tps, *((speed and (speed.decode_low, speed.decode_high)) or (None, None)))
+    prefill = beside(run.prefill_tps, *((speed and (speed.prefill_low, speed.prefill_high)) or (None, None)))
+    when = run.when.split("T")[0]
+    return (
+        f"Measured here on {when} ({run.engine}, context {run.context} x {run.parallel}): decode {decode} per stream, "
+        f"prefill {prefill}"
+    )
 
 
 def with_download_state(row: ModelRow, entry: LibraryEntry) -> ModelRow:

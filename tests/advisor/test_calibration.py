@@ -110,6 +110,19 @@ def test_store_round_trip_keeps_the_last_ten_runs_per_key() -> None:
     assert stored_calibration(macbook_m2()).runs == ()  # another machine's runs never apply
 
 
+def test_runs_stored_before_the_measured_values_were_kept_still_load() -> None:
+    machine = laptop_cpu()
+    record_run(machine, _run(decode=0.8))
+    data = json.loads(calibration_file().read_text())
+    (entry,) = data["machines"].values()
+    for run in entry["runs"]:
+        for key in ("decode_tps", "prefill_tps", "memory_bytes"):
+            run.pop(key)
+    calibration_file().write_text(json.dumps(data))
+    (run,) = stored_calibration(machine).runs
+    assert run.decode_ratio == 0.8 and run.decode_tps is None
+
+
 @pytest.mark.parametrize(
     "content",
     [

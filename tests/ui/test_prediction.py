@@ -41,3 +41,37 @@ def test_the_prediction_follows_the_served_context_parallel_and_kv_type(tiny_ggu
 
 def test_a_server_that_does_not_say_what_it_serves_gets_no_prediction() -> None:
     assert prediction_for_server(load_recorded("cpu-avx2-laptop-16gb"), Endpoint({})) is None
+
+
+def test_the_recommendation_card_sets_a_measurement_beside_the_prediction(tiny_gguf: Path) -> None:
+    from launcher.advisor import SpeedEstimate
+    from launcher.advisor.calibration import CalibrationRun
+    from launcher.advisor.calibration_store import measured_runs, record_run
+    from launcher.ui.model_rows import ModelRow, measured_text
+
+    machine = load_recorded("cpu-avx2-laptop-16gb")
+    run = CalibrationRun(
+        when="2026-12-01T03:00:00+00:00",
+        engine="llamacpp",
+        size_class="<1B",
+        model=tiny_gguf.name,
+        context=4096,
+        parallel=1,
+        kv_type="f16",
+        decode_ratio=0.9,
+        prefill_ratio=1.1,
+        memory_ratio=1.0,
+        decode_tps=66.0,
+        prefill_tps=480.0,
+        memory_bytes=800 * 1024**2,
+    )
+    record_run(machine, run)
+    assert measured_runs(machine, tiny_gguf.name) == (run,)
+    assert measured_runs(machine, "other.gguf") == ()
+    row = ModelRow(key="k", title="t", subtitle="s", kind="local", measured=run)
+    speed = SpeedEstimate(decode_low=50, decode_high=70, prefill_low=300, prefill_high=500, bound="RAM")
+    assert measured_text(row, speed) == (
+        "Measured here on 2026-12-01 (llamacpp, context 4096 x 1): decode 66 tok/s (+10% of predicted) per stream, "
+        "prefill 480 tok/s (+20% of predicted)"
+    )
+    assert measured_text(ModelRow(key="k", title="t", subtitle="s", kind="local"), speed) is None

@@ -124,16 +124,26 @@ class RecommendationPanel(Card):
         if rec is not None:
             self._show_option(rec.choice, rec.context, list(rec.reasons))
             self._fill_alternatives(list(rec.alternatives))
+            self._show_measured(row, rec.choice.speed)
         elif row.plan is not None:
             reasons = [row.plan.reason]
             self.choice.setText(f"{row.plan.engine} · {row.subtitle}")
             self._show_fit(row.plan.fit, reasons, row.speed)
             self.alternatives_title.hide()
             self.alternatives.hide()
+            self._show_measured(row, row.speed)
         else:
             self._show_details(False)
             self.alternatives_title.hide()
             self.alternatives.hide()
+
+    def _show_measured(self, row: ModelRow, speed: SpeedEstimate | None) -> None:
+        """Beside the prediction, what a calibration run of this model measured here, if one did."""
+        from launcher.ui.model_rows import measured_text
+
+        text = measured_text(row, speed)
+        if text:
+            self.speed.setText(f"{self.speed.text()}<br>{text}.")
 
     def _show_option(self, option: Option, context: int, reasons: list[str]) -> None:
         self.choice.setText(f"Recommended: {option.label} · context {context // 1024}k")
