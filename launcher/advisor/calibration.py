@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from launcher.advisor.fit import FitResult
-from launcher.hardware.machine import GIB, Machine
+from launcher.core.units import GIB
+from launcher.hardware.machine import Machine
 
 Metric = Literal["decode", "prefill", "memory"]
 

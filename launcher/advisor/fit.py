@@ -1,6 +1,6 @@
 """Memory fit: will this model, at this context and concurrency, load on this machine, and where?
 
-Follows DOMAIN.md section 3:
+The memory math:
     weights  = total_params * bits_per_weight / 8          (all experts for MoE)
     kv_cache = 2 * layers * kv_heads * head_dim * context * bytes_per_elem * parallel
                (sliding-window layers keep less: how much depends on the engine, see `SlidingCache`)

@@ -1,4 +1,4 @@
-"""Engine + format + quant + context choice for a catalog model (DOMAIN.md section 1).
+"""Engine + format + quant + context choice for a catalog model, hardware first.
 
 Order of thought, as the domain notes ask: machine -> what fits -> what is fast -> engine.
 - Team / many users, or a datacenter node: vLLM or SGLang (a hand-off; the launcher does not run them).

@@ -1,4 +1,4 @@
-"""Decode and prefill speed estimates (DOMAIN.md section 2), stated as a range.
+"""Decode and prefill speed estimates from bandwidth and compute, stated as a range.
 
     decode tok/s  ~= efficiency * bandwidth / bytes_read_per_token
     bytes_read    ~= active_params * bits_per_weight / 8 + KV read at the working context

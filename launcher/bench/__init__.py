@@ -1,1 +1,1 @@
-"""Benchmarking OpenAI-compatible servers the way DOMAIN.md section 5 asks (`launcher bench`)."""
+"""Benchmarking OpenAI-compatible servers as docs/benchmarks.md describes (`launcher bench`)."""

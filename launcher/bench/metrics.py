@@ -1,4 +1,4 @@
-"""Turning raw request timings into the numbers DOMAIN.md section 5 asks for.
+"""Turning raw request timings into the numbers docs/benchmarks.md reports.
 
 Definitions (one place, so the report and the comparison script agree):
 - TTFT: send -> first content token.

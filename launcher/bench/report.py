@@ -1,6 +1,6 @@
 """The benchmark report: one JSON document and a Markdown rendering of it.
 
-A number alone is worthless (DOMAIN.md section 5), so the report records the model, quant,
+A number alone is worthless (docs/benchmarks.md), so the report records the model, quant,
 engine and version (from /v1/models), the bench flags, the machine and the workload shapes
 next to every metric.
 """
@@ -15,7 +15,7 @@ from importlib import metadata
 from typing import Any
 
 from launcher import __version__
-from launcher.bench.metrics import Distribution, json_validity, prefill_interference, prefix_pairs
+from launcher.bench.metrics import json_validity, prefill_interference, prefix_pairs
 from launcher.bench.suite import SuiteResult, WorkloadResult
 from launcher.bench.workloads import JSON_SCHEMA
 from launcher.core.units import format_bytes
@@ -291,8 +291,3 @@ def _mixed_notes(mixed: dict[str, Any] | None) -> list[str]:
             " were still generating when the long prompt's first token came; raise --max-tokens"
         )
     return notes
-
-
-def distribution_from_json(data: dict[str, Any]) -> Distribution:
-    """Rebuild a Distribution from its JSON form (the comparison script reads reports back)."""
-    return Distribution(**data)

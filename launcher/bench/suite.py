@@ -35,7 +35,7 @@ from launcher.bench.workloads import (
     with_tokens_per_word,
 )
 
-# Counters whose change over a workload the report shows (names from the /metrics contract).
+# Counters whose change over a workload the report shows (names from launcher/server/metrics.py).
 _COUNTERS = (
     "launcher_prompt_tokens_total",
     "launcher_generation_tokens_total",

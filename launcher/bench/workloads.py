@@ -1,4 +1,4 @@
-"""Benchmark workloads (DOMAIN.md section 5): deterministic prompts with realistic token lengths.
+"""Benchmark workloads (docs/benchmarks.md): deterministic prompts with realistic token lengths.
 
 Prompts are English-like text drawn from a fixed word list with a seeded RNG, so two servers
 (or two runs) get the same requests. Lengths are set in *tokens*: a server-measured

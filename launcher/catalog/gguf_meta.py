@@ -1,4 +1,4 @@
-"""Read the architecture numbers the advisor needs from a GGUF header (contract 7).
+"""Read the architecture numbers the advisor needs from a GGUF header.
 
 `gguf.GGUFReader` parses every key into numpy objects, including the 262k-entry tokenizer
 arrays, which takes tens of seconds on a small machine; listing a library must not. So this

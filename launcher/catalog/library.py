@@ -26,7 +26,7 @@ from huggingface_hub.errors import CacheNotFound
 from launcher.catalog import starter
 from launcher.catalog.gguf_meta import GgufMetadata, read_gguf_metadata
 from launcher.catalog.local_formats import detect_directory, gguf_quant_from_name, group_gguf_files
-from launcher.catalog.schema import Architecture, Catalog, CatalogModel
+from launcher.catalog.schema import Architecture, Catalog
 from launcher.core import paths
 from launcher.core.errors import CatalogError, ModelError, ModelFormatError, ModelNotFoundError
 from launcher.engines.base import LocalModel
@@ -334,11 +334,6 @@ def find_entry(name: str, entries: Iterable[LibraryEntry] | None = None) -> Libr
         if len(usable) == 1 or (usable and key == "catalog_id"):
             return usable[0]
     return None
-
-
-def entries_for_catalog(entry: CatalogModel, entries: Iterable[LibraryEntry]) -> list[LibraryEntry]:
-    """Local entries holding weights of a catalog model."""
-    return [e for e in entries if e.model.catalog_id == entry.id and e.usable]
 
 
 def delete_hf_entry(entry: LibraryEntry) -> int:

@@ -1,4 +1,4 @@
-"""Turn what a user typed (`launcher serve SPEC`) into a model on disk (contract 4).
+"""Turn what a user typed (`launcher serve SPEC`) into a model on disk.
 
 SPEC may be:
 - "" or "starter": the embedded starter model (assembled on first use);

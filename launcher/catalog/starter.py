@@ -44,11 +44,6 @@ def starter_path() -> Path:
     return starter_dir() / starter_file_name()
 
 
-def is_assembled() -> bool:
-    """True when the starter file is already in place."""
-    return starter_path().is_file()
-
-
 def ensure_starter() -> Path:
     """Assemble the starter model once (atomically) and return its path."""
     target = starter_path()

@@ -37,12 +37,6 @@ def cache_dir() -> Path:
     return home / "cache" if home else Path(platformdirs.user_cache_dir(APP_NAME))
 
 
-def log_dir() -> Path:
-    """Directory for server logs."""
-    home = _home_override()
-    return home / "logs" if home else Path(platformdirs.user_log_dir(APP_NAME))
-
-
 def settings_file() -> Path:
     """The one typed settings file."""
     return config_dir() / "settings.toml"

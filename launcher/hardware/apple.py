@@ -11,11 +11,11 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from launcher.core.units import GIB
 from launcher.hardware.machine import AppleSilicon
 from launcher.hardware.sources import CommandRunner
 from launcher.hardware.tables import apple_chip_table, match_apple_chip
 
-GIB = 1024**3
 MIB = 1024**2
 APPLE_KEYS = ("iogpu.wired_limit_mb", "debug.iogpu.wired_limit")
 _SMALL_MAC_LIMIT = 36 * GIB

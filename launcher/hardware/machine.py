@@ -10,8 +10,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-GIB = 1024**3
-
 GpuVendor = Literal["nvidia", "amd", "intel", "apple"]
 
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.core.paths import resources_dir
+from launcher.core.units import GIB
 
-GIB = 1024**3
 # A card matches a row's documented memory within this fraction (drivers report a bit less than the box).
 _MEMORY_TOLERANCE = 0.12
 

@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         line = json.dumps({"kind": type(err).__name__, "message": str(err)})
         print(f"LAUNCHER_ERROR {line}", flush=True)
         raise
-    except Exception as err:  # still tell the app why, in the contract's shape
+    except Exception as err:  # still tell the app why, as a LAUNCHER_ERROR line
         line = json.dumps({"kind": type(err).__name__, "message": f"The server failed to start: {err}"})
         print(f"LAUNCHER_ERROR {line}", flush=True)
         print(f"error: the server failed to start: {err}", file=sys.stderr)

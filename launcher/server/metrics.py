@@ -1,4 +1,4 @@
-"""Prometheus metrics for /metrics (names fixed by the cross-team contract; the app's gauges read them).
+"""Prometheus metrics for /metrics (the app's gauges and `launcher bench` read these names: renaming one breaks them).
 
 One `CollectorRegistry` per app, so several servers in one process (tests) never share
 counters. Engine-side numbers (running/waiting, KV cache, prefix cache, memory) are read from

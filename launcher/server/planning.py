@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from launcher.core.config import ServeConfig
 from launcher.core.errors import ModelDoesNotFitError
+from launcher.core.units import GIB
 from launcher.engines.base import LocalModel
 
 if TYPE_CHECKING:
@@ -23,8 +24,6 @@ if TYPE_CHECKING:
     from launcher.hardware.machine import Machine
 
 log = logging.getLogger(__name__)
-
-GIB = 1024**3
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """`DownloadWorker`: a pull (plan + download) in its own QThread, with progress signals and cancel.
 
-The catalog engineer's `plan_pull` / `pull` do the work (resumable, verified, into the standard
+launcher.catalog's `plan_pull` / `pull` do the work (resumable, verified, into the standard
 Hugging Face cache); this thread only forwards their progress events as signals. Progress
 callbacks arrive on the download thread, so they emit and never touch widgets. Cancel sets the
 event `pull` checks on every chunk; the partial file stays on disk and the next pull resumes it.

@@ -1,4 +1,4 @@
-"""Qt-free Hub search for the Models page: the catalog engineer's `hub_search` results as ModelRows.
+"""Qt-free Hub search for the Models page: launcher.catalog's `hub_search` results as ModelRows.
 
 Written against a small protocol (a result has `repo_id`, and may have `format`, `size_bytes`,
 `verdict`, `downloads`, `likes`, `gated`, `quant`) so the page keeps working as that module grows.

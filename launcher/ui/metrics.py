@@ -70,7 +70,7 @@ _SIMPLE = {
 
 
 def parse_metrics(text: str, now: float) -> MetricsSnapshot:
-    """Read the contract-2 metric names out of one Prometheus text scrape."""
+    """Read the metric names launcher/server/metrics.py exports out of one Prometheus text scrape."""
     from prometheus_client.parser import text_string_to_metric_families  # only once a server runs
 
     values: dict[str, float] = defaultdict(float)

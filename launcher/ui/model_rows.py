@@ -48,7 +48,7 @@ class ModelRow:
     title: str
     subtitle: str
     kind: RowKind
-    verdict: str | None = None  # contract-5 verdict for the option the advisor would use
+    verdict: str | None = None  # fit verdict (launcher.advisor.fit.Verdict) for the option the advisor would use
     size_bytes: int | None = None
     decode_tps: tuple[float, float] | None = None
     downloaded: bool = False
@@ -207,11 +207,6 @@ def measured_text(row: ModelRow, speed: SpeedEstimate | None) -> str | None:
         f"Measured here on {when} ({run.engine}, context {run.context} x {run.parallel}): decode {decode} per stream, "
         f"prefill {prefill}"
     )
-
-
-def with_download_state(row: ModelRow, entry: LibraryEntry) -> ModelRow:
-    """The row after a download finished: servable by the new entry's name."""
-    return replace(row, downloaded=True, serve_spec=entry.name, local=entry)
 
 
 def prediction_for_server(machine: Machine, endpoint: ServerEndpointFacts) -> Prediction | None:

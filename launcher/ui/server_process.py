@@ -1,11 +1,12 @@
 """`ServerProcess`: the `launcher serve` child process, wrapped in a QObject.
 
-The app never loads a model itself (ARCHITECTURE.md): it runs `python -m launcher serve ...`
-with arguments from `ServeConfig.to_argv()`, reads the contract-1 lines from stdout
-(`LAUNCHER_READY {json}` / `LAUNCHER_ERROR {json}`) and forwards stderr line by line to the log
-view. When the process ends, `finished` carries a `ServerOutcome` whose `str()` is the text the
-user sees: stopped, failed to load (with the server's reason), or crashed (exit code and the last
-log lines). The process is stopped on app quit and killed if this object is destroyed first.
+The app never loads a model itself, so a crashing engine cannot take the window down: it runs
+`python -m launcher serve ...` with arguments from `ServeConfig.to_argv()`, reads the lines
+`launcher/server/cli_serve.py` prints to stdout (`LAUNCHER_READY {json}` / `LAUNCHER_ERROR {json}`)
+and forwards stderr line by line to the log view. When the process ends, `finished` carries a
+`ServerOutcome` whose `str()` is the text the user sees: stopped, failed to load (with the
+server's reason), or crashed (exit code and the last log lines). The process is stopped on app
+quit and killed if this object is destroyed first.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ OutcomeKind = Literal["stopped", "load_failed", "crashed", "exited", "failed_to_
 
 @dataclass(frozen=True)
 class ServerEndpoint:
-    """What the ready line told us (contract 1), plus the key the app started it with."""
+    """What the LAUNCHER_READY line told us, plus the key the app started it with."""
 
     url: str
     base_url: str

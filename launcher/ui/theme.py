@@ -27,7 +27,7 @@ WARN = "#d97706"
 BAD = "#dc2626"
 MUTED = "#6b7280"
 
-# Fit verdict (contract 5) -> (label, colour) for the badges in lists and the recommendation card.
+# Fit verdict (launcher.advisor.fit.Verdict) -> (label, colour) for the badges in lists and the recommendation card.
 VERDICT_STYLE: dict[str, tuple[str, str]] = {
     "full_gpu": ("Full GPU", GOOD),
     "unified": ("Unified memory", GOOD),

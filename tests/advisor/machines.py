@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from launcher.hardware.machine import GIB, AppleSilicon, CpuInfo, GpuInfo, Machine, MemoryInfo
+from launcher.core.units import GIB
+from launcher.hardware.machine import AppleSilicon, CpuInfo, GpuInfo, Machine, MemoryInfo
 
 AVX2 = frozenset({"sse4_2", "avx", "avx2", "fma", "f16c"})
 

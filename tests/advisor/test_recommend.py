@@ -1,4 +1,4 @@
-"""Recorded machines x catalog models give the engine, format and verdict DOMAIN.md section 1 asks for."""
+"""Recorded machines x catalog models give the engine, format and verdict the advisor promises."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Workload prompts are deterministic, sized in tokens, and shaped as DOMAIN.md section 5 asks."""
+"""Workload prompts are deterministic, sized in tokens, and shaped as docs/benchmarks.md describes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""resolve_model (contract 4): paths, library names, catalog ids, the starter."""
+"""resolve_model: paths, library names, catalog ids, the starter."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
     PYTHONPATH=. python -m tests.hardware.record_fixtures --this-machine NAME
 
 Each file goes to resources/hardware/machines/ (what `load_recorded` reads) and a copy to
-tests/hardware/fixtures/ (contract 6); test_recorded.py keeps both in step with the probe.
+tests/hardware/fixtures/; test_recorded.py keeps both in step with the probe.
 """
 
 from __future__ import annotations

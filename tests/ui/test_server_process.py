@@ -1,4 +1,4 @@
-"""ServerProcess: the contract-1 line protocol, crash reports and clean stops.
+"""ServerProcess: the LAUNCHER_READY / LAUNCHER_ERROR line protocol, crash reports and clean stops.
 
 The first tests run a small child that speaks the protocol (the wrapper is what is under test:
 QProcess plumbing, line splitting, outcome text); the last ones run the real `launcher serve`.
