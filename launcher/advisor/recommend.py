@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from launcher.advisor.calibration import MachineCalibration
 from launcher.advisor.calibration_store import CalibrationChoice, resolve_calibration
-from launcher.advisor.fit import VERDICT_LABELS, VERDICT_RANK
+from launcher.advisor.fit import VERDICT_LABELS, VERDICT_RANK, KvType
 from launcher.advisor.options import (
     ENGINE_LABELS,
     KV_LEVER,
@@ -137,24 +137,28 @@ def _lever_reason(chosen: Option, f16_pick: Option | None, gguf: list[Option]) -
     return f"{chosen.quant} {where} with {cost}. With an f16 KV cache {without}."
 
 
-def _with_kv_lever(
+def _variant(
     machine: Machine,
     model: CatalogModel,
     option: Option,
     users: int,
     status: EngineStatus | None,
     calibration: MachineCalibration | None,
+    *,
+    quant: str | None = None,
+    context: int | None = None,
+    kv_type: KvType = "f16",
 ) -> Option:
-    """`option` again with a q8_0 KV cache."""
+    """`option` again (same engine and format) with another quant, context or KV cache type."""
     return build_option(
         machine,
         model,
         option.engine,
         option.format,
-        option.quant,
-        context=option.fit.context,
+        quant or option.quant,
+        context=context or option.fit.context,
         parallel=users,
-        kv_type=KV_LEVER,
+        kv_type=kv_type,
         status=status,
         calibration=calibration,
     )
@@ -237,37 +241,17 @@ def _advice(
     quants = model.quants(fmt) if fmt in ("gguf", "mlx", "exl3", "exl2") else []  # type: ignore[arg-type]
     smaller = [q for q in quants if q != option.quant]
     for quant in smaller:
-        alt = build_option(
-            machine,
-            model,
-            option.engine,
-            option.format,
-            quant,
-            context=context,
-            parallel=users,
-            status=status,
-            calibration=calibration,
-        )
+        alt = _variant(machine, model, option, users, status, calibration, quant=quant, context=context)
         if alt.fit.fits and alt.bits_per_weight < option.bits_per_weight:
             lines.append(f"use {quant}")
             break
     for smaller_context in (c for c in FALLBACK_CONTEXTS if c < context):
-        alt = build_option(
-            machine,
-            model,
-            option.engine,
-            option.format,
-            option.quant,
-            context=smaller_context,
-            parallel=users,
-            status=status,
-            calibration=calibration,
-        )
+        alt = _variant(machine, model, option, users, status, calibration, context=smaller_context)
         if alt.fit.fits:
             lines.append(f"or context {smaller_context // 1024}k")
             break
     if kv_lever_applies(option.engine) and option.kv_type != KV_LEVER:
-        alt = _with_kv_lever(machine, model, option, users, status, calibration)
+        alt = _variant(machine, model, option, users, status, calibration, kv_type=KV_LEVER)
         if alt.fit.fits:
             lines.append(f"or {kv_lever_cost(fit.kv_bytes, alt.fit.kv_bytes, context)}")
     if len(lines) == 1:
@@ -286,17 +270,7 @@ def _full_gpu_hint(
 ) -> list[str]:
     """When a partial offload would become a full GPU load at a smaller context, say so with the speed-up."""
     for smaller in (c for c in FALLBACK_CONTEXTS if c < context):
-        alt = build_option(
-            machine,
-            model,
-            chosen.engine,
-            chosen.format,
-            chosen.quant,
-            context=smaller,
-            parallel=users,
-            status=status,
-            calibration=calibration,
-        )
+        alt = _variant(machine, model, chosen, users, status, calibration, context=smaller)
         if alt.fit.verdict in ("full_gpu", "unified"):
             speedup = alt.speed.decode_high / max(chosen.speed.decode_high, 1e-9)
             return [
@@ -343,7 +317,11 @@ def recommend(
         )
         if not options:
             raise CatalogError(f"{model.name} has no weights in a format this machine can run.")
-        lever = [_with_kv_lever(machine, model, o, users, status, runs) for o in options if kv_lever_applies(o.engine)]
+        lever = [
+            _variant(machine, model, o, users, status, runs, kv_type=KV_LEVER)
+            for o in options
+            if kv_lever_applies(o.engine)
+        ]
         chosen, reasons = _pick(machine, options, team, lever)
         used_context = ctx
         if chosen is not None:

@@ -154,7 +154,6 @@ class LiveSample:
         )
 
 
-ENGINE_MEMORY_KINDS = ("weights", "kv_cache", "compute")  # what the engine allocated to run the model
 MEMORY_TOLERANCE = 0.15  # within this, a memory prediction holds
 DECODE_TOLERANCE = 0.20  # a calibrated decode prediction is expected this close (uncalibrated: its range)
 
@@ -175,18 +174,20 @@ class Measured:
     @classmethod
     def from_sample(cls, sample: LiveSample) -> Measured:
         """Read the cumulative counters of the latest scrape."""
+        from launcher.bench.calibrate_measure import memory_total
+
         snap = sample.snapshot
 
         def ratio(part: float, whole: float) -> float | None:
             return part / whole if part > 0 and whole > 0 else None
 
-        kinds = [snap.engine_memory[kind] for kind in ENGINE_MEMORY_KINDS if kind in snap.engine_memory]
         return cls(
             decode_tps=ratio(snap.stream_decode_tokens_total, snap.stream_decode_seconds_total),
             prefill_tps=ratio(snap.prefill_uncached_tokens_total, snap.prefill_seconds_total),
             aggregate_tps=ratio(snap.generation_tokens_total, snap.busy_seconds_total),
             concurrency=ratio(snap.stream_decode_seconds_total, snap.busy_seconds_total),
-            engine_memory_bytes=int(sum(kinds)) if kinds else None,
+            # the same sum `launcher bench --calibrate` compares with the prediction
+            engine_memory_bytes=memory_total({kind: int(value) for kind, value in snap.engine_memory.items()}),
             checkpoint_bytes=int(snap.engine_memory.get("swa_checkpoints", 0)),
             rss_bytes=sample.memory.rss_bytes,
             device_bytes=sample.memory.device_used_bytes,
