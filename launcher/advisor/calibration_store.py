@@ -36,7 +36,7 @@ from launcher.advisor.calibration import (
     machine_fingerprint,
 )
 from launcher.advisor.fit import FitResult
-from launcher.catalog.schema import Architecture
+from launcher.core.model_types import Architecture
 from launcher.core.paths import data_dir
 from launcher.hardware.machine import Machine
 

@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from launcher.catalog.schema import Architecture
 from launcher.core.config import DEFAULT_SWA_CHECKPOINT_MB, DEFAULT_SWA_CHECKPOINTS
+from launcher.core.model_types import Architecture
 from launcher.core.units import GIB, MIB, format_bytes
 from launcher.hardware.machine import Machine
 

@@ -17,7 +17,7 @@ from launcher.advisor.options import (
     kv_lever_cost,
     sliding_cache,
 )
-from launcher.catalog.schema import Architecture
+from launcher.core.model_types import Architecture
 from launcher.hardware.machine import Machine
 
 ENGINES_FOR_FORMAT: dict[str, tuple[str, ...]] = {

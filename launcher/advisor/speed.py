@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from launcher.advisor.calibration import Calibration
 from launcher.advisor.calibration_store import CalibrationChoice, resolve_calibration
 from launcher.advisor.fit import FitResult, kv_cache_bytes
-from launcher.catalog.schema import Architecture
+from launcher.core.model_types import Architecture
 from launcher.hardware.machine import CpuInfo, Machine
 
 DECODE_EFFICIENCY = (0.5, 0.8)

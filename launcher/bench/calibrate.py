@@ -32,8 +32,8 @@ from launcher.advisor.plan import ENGINES_FOR_FORMAT, plan_local
 from launcher.advisor.speed import SpeedEstimate, estimate_speed
 from launcher.bench.calibrate_measure import CalibrationWorkload, Measurement, measure
 from launcher.bench.runner import ServerUnreachable, make_client, metrics_url
-from launcher.catalog.schema import Architecture
 from launcher.core.errors import ModelError, ServerError
+from launcher.core.model_types import Architecture
 from launcher.hardware.machine import Machine, MemoryInfo
 
 

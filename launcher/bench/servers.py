@@ -1,6 +1,6 @@
 """Starting servers to benchmark as child processes, and always stopping them.
 
-`launcher serve` announces itself with the LAUNCHER_READY line (launcher/server/cli_serve.py), which gives the
+`launcher serve` announces itself with the LAUNCHER_READY line (launcher/cli/serve.py), which gives the
 base URL and the pid; any other OpenAI-compatible server is polled on /v1/models until it
 answers. Used by scripts/bench-compare and by the bench tests.
 """

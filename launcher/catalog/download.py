@@ -41,8 +41,8 @@ from launcher.catalog.hub_client import (
 from launcher.catalog.progress import ProgressCallback, ProgressTracker
 from launcher.catalog.transfer import BackgroundHasher, stream_to_file
 from launcher.core.errors import ChecksumError, DiskFullError, DownloadError
+from launcher.core.model_types import LocalModel, ModelFormat
 from launcher.core.units import format_bytes
-from launcher.engines.base import LocalModel, ModelFormat
 
 DiskUsage = Callable[[str], Any]  # shutil.disk_usage's shape: .free in bytes
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")

@@ -18,8 +18,8 @@ from typing import Any
 
 from gguf import GGML_QUANT_SIZES, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType, LlamaFileType
 
-from launcher.catalog.schema import Architecture
 from launcher.core.errors import ModelFormatError
+from launcher.core.model_types import Architecture
 
 # "-00001-of-00003.gguf": llama.cpp's gguf-split naming.
 SPLIT_SHARD = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 
 from launcher.catalog.hub_client import HUB_EXCEPTIONS, HubContext, is_offline, offline_error, translate_hub_error
 from launcher.catalog.local_formats import gguf_quant_from_name, group_gguf_files
-from launcher.catalog.schema import Architecture, CatalogModel
+from launcher.catalog.schema import CatalogModel
 from launcher.core.errors import CatalogError, LauncherError
+from launcher.core.model_types import Architecture
 
 if TYPE_CHECKING:
     from launcher.hardware.machine import Machine

@@ -26,10 +26,10 @@ from huggingface_hub.errors import CacheNotFound
 from launcher.catalog import starter
 from launcher.catalog.gguf_meta import GgufMetadata, read_gguf_metadata
 from launcher.catalog.local_formats import detect_directory, gguf_quant_from_name, group_gguf_files
-from launcher.catalog.schema import Architecture, Catalog
+from launcher.catalog.schema import Catalog
 from launcher.core import paths
 from launcher.core.errors import CatalogError, ModelError, ModelFormatError, ModelNotFoundError
-from launcher.engines.base import LocalModel
+from launcher.core.model_types import Architecture, LocalModel
 
 Source = Literal["hf-cache", "imported", "starter"]
 

@@ -20,8 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from launcher.catalog.gguf_meta import SPLIT_SHARD
-from launcher.catalog.schema import Architecture
-from launcher.engines.base import ModelFormat
+from launcher.core.model_types import Architecture, ModelFormat
 
 # Quant names inside GGUF file names: "Qwen3-4B-Q4_K_M.gguf", "model.UD-Q4_K_XL.gguf", "f16".
 _GGUF_QUANT_IN_NAME = re.compile(

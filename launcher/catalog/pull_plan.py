@@ -26,8 +26,8 @@ from launcher.catalog.hub_client import (
 from launcher.catalog.local_formats import gguf_quant_from_name, group_gguf_files
 from launcher.catalog.schema import CatalogModel, ExlVariant, FormatName, MlxVariant
 from launcher.core.errors import CatalogError, ConfigError, LauncherError, RepoNotFoundError
+from launcher.core.model_types import ModelFormat
 from launcher.core.units import format_bytes
-from launcher.engines.base import ModelFormat
 
 if TYPE_CHECKING:
     from launcher.hardware.machine import Machine

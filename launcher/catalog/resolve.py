@@ -15,7 +15,7 @@ from pathlib import Path
 from launcher.catalog import library, starter
 from launcher.catalog.local_formats import detect_directory, group_gguf_files
 from launcher.core.errors import CatalogError, ModelFormatError, ModelNotFoundError
-from launcher.engines.base import LocalModel
+from launcher.core.model_types import LocalModel
 
 
 def resolve_model(spec: str) -> LocalModel:

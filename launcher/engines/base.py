@@ -14,13 +14,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from launcher.core.config import ServeConfig
+from launcher.core.model_types import LocalModel, ModelFormat
 from launcher.hardware.machine import Machine
-
-ModelFormat = Literal["gguf", "mlx", "exl2", "exl3", "safetensors"]
 
 REPLY_MARKERS: tuple[str, ...] = (
     # gpt-oss (harmony) channels and tool calls
@@ -56,17 +54,6 @@ class Availability:
     reason: str  # "llama-cpp-python 0.3.16 (CPU, AVX2)" or "not installed: pip install 'launcher[mlx]'"
     version: str | None = None
     backend: str | None = None  # "cpu" | "cuda" | "metal" | ...
-
-
-@dataclass(frozen=True)
-class LocalModel:
-    """A model on disk, as the engine is asked to load it."""
-
-    path: Path  # a .gguf file (first shard for split GGUFs) or a model directory
-    format: ModelFormat
-    name: str  # the default model id clients see
-    quant: str | None = None  # "Q4_K_M", "4bit", "4.0bpw"
-    catalog_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ class Endpoint:
 
     @classmethod
     def from_ready_line(cls, info: dict[str, Any], api_key: str | None = None) -> Endpoint:
-        """Build from the JSON of the server's `LAUNCHER_READY` line (see launcher/server/cli_serve.py)."""
+        """Build from the JSON of the server's `LAUNCHER_READY` line (see launcher/cli/serve.py)."""
         return cls(
             base_url=str(info["base_url"]),
             api_key=api_key,

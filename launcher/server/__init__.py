@@ -2,7 +2,7 @@
 
 OpenAI Chat Completions / Completions / Embeddings / Responses and Anthropic Messages on one
 endpoint, above the engine seam (`launcher.engines.base`). `create_app` builds the ASGI app;
-`cli_serve` runs it under uvicorn.
+`launcher/cli/serve.py` runs it under uvicorn.
 """
 
 from __future__ import annotations

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 
 from launcher.core.config import ServeConfig
 from launcher.core.errors import ModelDoesNotFitError
+from launcher.core.model_types import LocalModel
 from launcher.core.units import GIB
-from launcher.engines.base import LocalModel
 
 if TYPE_CHECKING:
     from launcher.advisor.fit import FitResult
-    from launcher.catalog.schema import Architecture
+    from launcher.core.model_types import Architecture
     from launcher.hardware.machine import Machine
 
 log = logging.getLogger(__name__)

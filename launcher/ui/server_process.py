@@ -2,7 +2,7 @@
 
 The app never loads a model itself, so a crashing engine cannot take the window down: it runs
 `python -m launcher serve ...` with arguments from `ServeConfig.to_argv()`, reads the lines
-`launcher/server/cli_serve.py` prints to stdout (`LAUNCHER_READY {json}` / `LAUNCHER_ERROR {json}`)
+`launcher/cli/serve.py` prints to stdout (`LAUNCHER_READY {json}` / `LAUNCHER_ERROR {json}`)
 and forwards stderr line by line to the log view. When the process ends, `finished` carries a
 `ServerOutcome` whose `str()` is the text the user sees: stopped, failed to load (with the
 server's reason), or crashed (exit code and the last log lines). The process is stopped on app

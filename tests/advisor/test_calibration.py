@@ -28,7 +28,7 @@ from launcher.advisor.calibration_store import (
 )
 from launcher.advisor.fit import FitResult, fit_model, weights_bytes
 from launcher.catalog.catalog import default_catalog
-from launcher.catalog.schema import Architecture
+from launcher.core.model_types import Architecture
 from launcher.core.units import GIB
 from launcher.hardware.machine import GpuInfo, MemoryInfo
 from tests.advisor.machines import desktop_4090, laptop_cpu, macbook_m2

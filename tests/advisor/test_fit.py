@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from launcher.advisor.fit import fit_model, kv_cache_bytes, swa_checkpoint_bytes, weights_bytes
-from launcher.catalog.schema import Architecture
 from launcher.core.config import DEFAULT_SWA_CHECKPOINT_MB, DEFAULT_SWA_CHECKPOINTS
+from launcher.core.model_types import Architecture
 from launcher.core.units import GIB, MIB
 from tests.advisor.machines import desktop_4090, laptop_cpu, macbook_m2
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from launcher.advisor import plan_local, recommend
-from launcher.advisor.cli_recommend import format_recommendation, recommendation_json
+from launcher.cli.recommend import format_recommendation, recommendation_json
 from launcher.advisor.options import build_option
 from launcher.catalog.catalog import default_catalog
 from launcher.catalog.schema import CatalogModel

@@ -11,7 +11,7 @@ from launcher.core import settings as settings_store
 from launcher.core.config import ServeConfig
 from launcher.core.settings import Settings, WindowGeometry
 from launcher.hardware.recorded import load_recorded, recorded_names
-from launcher.ui.cli_gui import NO_DISPLAY_EXIT_CODE, display_available
+from launcher.cli.gui import NO_DISPLAY_EXIT_CODE, display_available
 from launcher.ui.main_window import MainWindow
 from launcher.ui.metrics import LiveSample, Prediction, ProcessMemory, parse_metrics
 from launcher.ui.panels.agents import AgentsPanel

@@ -106,7 +106,7 @@ def test_serve_command_runs_this_interpreter_with_the_config_flags() -> None:
 
 @pytest.mark.slow
 def test_real_server_load_failure_is_reported(qtbot) -> None:  # type: ignore[no-untyped-def]
-    pytest.importorskip("launcher.server.cli_serve")
+    pytest.importorskip("launcher.cli.serve")
     server = ServerProcess()
     with qtbot.waitSignal(server.finished, timeout=120_000) as finished:
         server.start(ServeConfig(model="/nonexistent/model.gguf", port=0))
@@ -117,7 +117,7 @@ def test_real_server_load_failure_is_reported(qtbot) -> None:  # type: ignore[no
 
 @pytest.mark.slow
 def test_real_server_killed_is_reported_as_a_crash(qtbot, tiny_gguf) -> None:  # type: ignore[no-untyped-def]
-    pytest.importorskip("launcher.server.cli_serve")
+    pytest.importorskip("launcher.cli.serve")
     server = ServerProcess()
     with qtbot.waitSignal(server.ready, timeout=120_000) as ready:
         server.start(ServeConfig(model=str(tiny_gguf), port=0, parallel=1, context=512))

@@ -12,7 +12,8 @@ from typing import Any
 
 from launcher.core.config import ServeConfig
 from launcher.core.errors import EngineUnavailableError
-from launcher.engines.base import Availability, LocalModel, ModelFormat, ModelInfo
+from launcher.core.model_types import LocalModel, ModelFormat
+from launcher.engines.base import Availability, ModelInfo
 from launcher.engines.exllama_common._availability import Environment
 from launcher.engines.exllama_common._backend import Backend
 from launcher.engines.exllama_common._hf_files import ExllamaFormat, HfModelFiles, read_model_files

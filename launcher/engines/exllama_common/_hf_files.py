@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from launcher.catalog.local_formats import architecture_from_config
-from launcher.catalog.schema import Architecture
 from launcher.core.errors import ModelFormatError
+from launcher.core.model_types import Architecture
 
 ExllamaFormat = Literal["exl2", "exl3"]
 _ENGINE_FOR = {"exl3": "exllamav3", "exl2": "exllamav2"}

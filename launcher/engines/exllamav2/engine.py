@@ -25,7 +25,8 @@ from typing import Any
 
 from launcher.core.config import ServeConfig
 from launcher.core.errors import EngineError, EngineUnavailableError, ModelDoesNotFitError, ModelFormatError
-from launcher.engines.base import Availability, ModelFormat
+from launcher.core.model_types import ModelFormat
+from launcher.engines.base import Availability
 from launcher.engines.exllama_common._availability import (
     FLASH_ATTN_PAGED,
     Environment,

@@ -24,7 +24,8 @@ from typing import Any
 
 from launcher.core.config import ServeConfig
 from launcher.core.errors import EngineUnavailableError, ModelDoesNotFitError, ModelFormatError
-from launcher.engines.base import Availability, ModelFormat
+from launcher.core.model_types import ModelFormat
+from launcher.engines.base import Availability
 from launcher.engines.exllama_common._availability import Environment, check_cuda_engine, describe
 from launcher.engines.exllama_common._backend import JobSpec
 from launcher.engines.exllama_common._engine import ExLlamaEngineBase, GeneratorBackend, RuntimeTokenizer

@@ -16,8 +16,9 @@ from typing import Any
 
 from launcher.core.config import ServeConfig
 from launcher.core.errors import EngineError, ModelDoesNotFitError, ModelFormatError
+from launcher.core.model_types import LocalModel, ModelFormat
 from launcher.core.units import MIB
-from launcher.engines.base import Availability, LocalModel, ModelFormat, ModelInfo
+from launcher.engines.base import Availability, ModelInfo
 from launcher.engines.llamacpp import _native
 from launcher.engines.llamacpp._cpu_probe import extra_buffer_types_usable
 from launcher.engines.llamacpp._embedding import Embedder

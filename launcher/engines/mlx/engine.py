@@ -20,7 +20,8 @@ from typing import Any
 
 from launcher.core.config import ServeConfig
 from launcher.core.errors import EngineUnavailableError, ModelFormatError, ModelNotFoundError
-from launcher.engines.base import Availability, LocalModel, ModelFormat, ModelInfo
+from launcher.core.model_types import LocalModel, ModelFormat
+from launcher.engines.base import Availability, ModelInfo
 from launcher.engines.mlx._sampling import GrammarCompiler
 from launcher.engines.mlx._scheduler import Loaded, Scheduler
 from launcher.engines.mlx._tokens import TokenizerAccess

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from launcher.core.config import ServeConfig
-from launcher.engines.base import LocalModel
+from launcher.core.model_types import LocalModel
 from launcher.engines.exllama_common._availability import CudaStatus, Environment
 from launcher.engines.exllama_common._model import ExLlamaModel
 from launcher.engines.exllamav2.engine import ExLlamaV2Engine, V2Runtime

@@ -15,7 +15,7 @@ from launcher.advisor import weights_bytes
 from launcher.catalog.catalog import find
 from launcher.core.config import ServeConfig
 from launcher.core.errors import EngineUnavailableError, ModelDoesNotFitError, ModelFormatError
-from launcher.engines.base import LocalModel
+from launcher.core.model_types import LocalModel
 from launcher.engines.exllama_common._hf_files import read_model_files
 from launcher.engines.exllama_common._sizing import plan_cache
 from launcher.hardware.recorded import load_recorded

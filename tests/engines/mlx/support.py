@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher.core.config import ServeConfig
-from launcher.engines.base import LocalModel
+from launcher.core.model_types import LocalModel
 from launcher.engines.mlx.engine import MlxEngine
 from launcher.engines.mlx.model import MlxModel
 

@@ -1,8 +1,9 @@
 """The `launcher` command: `launcher [gui] | detect | recommend | models | pull | search | serve | bench | connect`.
 
-Each subcommand lives next to the code it drives, in a module exposing
-`add_arguments(parser)` and `run(args) -> int`; modules keep heavy imports inside `run`
-so `launcher --help` stays fast. Errors from `core.errors` become one clear line on
+Each subcommand is a module of this package exposing `add_arguments(parser)` and
+`run(args) -> int`; it is imported only when its command runs (so `launcher gui` does not pay
+for the server's imports), and modules keep heavy imports inside `run` so `launcher --help`
+stays fast. The CLI is the top layer: it may import every other package, and none imports it. Errors from `core.errors` become one clear line on
 stderr and a non-zero exit code, never a traceback.
 """
 
@@ -11,22 +12,47 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from importlib import import_module
+from types import ModuleType
 
 from launcher import __version__
 from launcher.core.errors import LauncherError
 
-# name -> (module, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "gui": ("launcher.ui.cli_gui", "open the desktop app (the default)"),
-    "detect": ("launcher.hardware.cli_detect", "show what this machine has"),
-    "recommend": ("launcher.advisor.cli_recommend", "recommend engine, format and quant for a model"),
-    "models": ("launcher.catalog.cli_models", "list, add or remove local models"),
-    "pull": ("launcher.catalog.cli_pull", "download a model from the Hugging Face Hub"),
-    "search": ("launcher.catalog.cli_search", "search the Hugging Face Hub with fit verdicts"),
-    "serve": ("launcher.server.cli_serve", "serve a model on an OpenAI/Anthropic-compatible endpoint"),
-    "bench": ("launcher.bench.cli_bench", "benchmark an OpenAI-compatible endpoint"),
-    "connect": ("launcher.integrations.cli_connect", "show or write a coding agent's settings"),
+
+def _module(name: str) -> ModuleType:
+    """The subcommand's module. Written out, not built from the name, so a freezer (PyInstaller)
+    sees every subcommand and the lazy import still happens only when the command runs."""
+    if name == "gui":
+        from launcher.cli import gui as module
+    elif name == "detect":
+        from launcher.cli import detect as module
+    elif name == "recommend":
+        from launcher.cli import recommend as module
+    elif name == "models":
+        from launcher.cli import models as module
+    elif name == "pull":
+        from launcher.cli import pull as module
+    elif name == "search":
+        from launcher.cli import search as module
+    elif name == "serve":
+        from launcher.cli import serve as module
+    elif name == "bench":
+        from launcher.cli import bench as module
+    else:
+        from launcher.cli import connect as module
+    return module
+
+
+# name -> one-line help
+COMMANDS: dict[str, str] = {
+    "gui": "open the desktop app (the default)",
+    "detect": "show what this machine has",
+    "recommend": "recommend engine, format and quant for a model",
+    "models": "list, add or remove local models",
+    "pull": "download a model from the Hugging Face Hub",
+    "search": "search the Hugging Face Hub with fit verdicts",
+    "serve": "serve a model on an OpenAI/Anthropic-compatible endpoint",
+    "bench": "benchmark an OpenAI-compatible endpoint",
+    "connect": "show or write a coding agent's settings",
 }
 
 
@@ -37,11 +63,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"launcher {__version__}")
     parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default), ERROR")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module_name, help_text) in COMMANDS.items():
+    for name, help_text in COMMANDS.items():
         subparser = sub.add_parser(name, help=help_text, description=help_text)
         if command is not None and name != command:
             continue
-        module = import_module(module_name)
+        module = _module(name)
         module.add_arguments(subparser)
         subparser.set_defaults(_run=module.run)
     return parser
