@@ -8,7 +8,7 @@ from launcher.advisor.calibration import MemoryEstimate, calibrated_memory
 from launcher.advisor.calibration_store import predict_memory
 from launcher.advisor.fit import DeviceFit, FitResult, fit_model, kv_cache_bytes, weights_bytes
 from launcher.advisor.options import Option
-from launcher.advisor.plan import ServePlan, plan_local
+from launcher.advisor.plan import ServePlan, plan_for_config, plan_local
 from launcher.advisor.recommend import Recommendation, recommend
 from launcher.advisor.speed import SpeedEstimate, estimate_speed, predict_speed
 
@@ -24,6 +24,7 @@ __all__ = [
     "estimate_speed",
     "fit_model",
     "kv_cache_bytes",
+    "plan_for_config",
     "plan_local",
     "predict_memory",
     "predict_speed",

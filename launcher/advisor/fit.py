@@ -19,19 +19,11 @@ from typing import Literal
 from launcher.core.config import DEFAULT_SWA_CHECKPOINT_MB, DEFAULT_SWA_CHECKPOINTS
 from launcher.core.model_types import Architecture
 from launcher.core.units import GIB, MIB, format_bytes
+from launcher.engine_specs import SlidingCache
 from launcher.hardware.machine import Machine
 
 Verdict = Literal["full_gpu", "unified", "partial", "cpu", "wont_fit"]
 KvType = Literal["f16", "q8_0", "q4_0"]
-SlidingCache = Literal["window", "llamacpp", "full"]
-"""How an engine sizes the KV cache of sliding-window layers:
-
-- "window": every sequence keeps only its window (mlx-lm's rotating caches, vLLM);
-- "llamacpp": one cache shared by all sequences (kv_unified); sliding layers hold
-  `window * parallel` cells plus one micro-batch, padded to 256 cells, and copies of a
-  sequence's window (checkpoints) are kept in host RAM so prefixes stay reusable;
-- "full": sliding layers are as large as the full-attention ones.
-"""
 
 VERDICT_LABELS: dict[str, str] = {
     "full_gpu": "full GPU",

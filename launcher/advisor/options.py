@@ -2,30 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import get_args
 
 from launcher.advisor.calibration import MemoryEstimate, calibrated_memory
 from launcher.advisor.calibration_store import CalibrationChoice, resolve_calibration
-from launcher.advisor.fit import FitResult, KvType, SlidingCache, fit_model, weights_bytes
+from launcher.advisor.fit import FitResult, KvType, fit_model, weights_bytes
 from launcher.advisor.speed import SpeedEstimate, estimate_speed
 from launcher.advisor.tables import bits_per_weight
-from launcher.catalog.schema import CatalogModel, ExlVariant, MlxVariant
+from launcher.catalog.schema import CatalogModel, ExlVariant, FormatName, MlxVariant
 from launcher.core.units import format_bytes
+from launcher.engine_specs import EngineStatus, SlidingCache, get_spec, label
+from launcher.engine_specs import specs as engine_specs
 from launcher.hardware.machine import Machine
 
-ENGINE_LABELS = {
-    "llamacpp": "llama.cpp",
-    "mlx": "MLX (mlx-lm)",
-    "exllamav3": "ExLlamaV3",
-    "exllamav2": "ExLlamaV2",
-    "vllm": "vLLM / SGLang",
-}
-FORMAT_LABELS = {"gguf": "GGUF", "mlx": "MLX", "exl3": "EXL3", "exl2": "EXL2", "fp8": "FP8", "awq": "AWQ"}
-LAUNCHABLE_ENGINES = ("llamacpp", "mlx", "exllamav3", "exllamav2")
+CATALOG_FORMATS: tuple[str, ...] = get_args(FormatName)
+"""The formats catalog entries list quants in."""
 
-EngineStatus = Mapping[str, str | None]
-"""Engine name -> None when usable here, else the reason it is not (from the engine registry)."""
+HANDOFF = "vllm"
+"""The datacenter engines (vLLM, SGLang) the advisor names for teams and big GPU nodes. The launcher
+hands the model to them instead of running them, so they are not in the engine registry."""
+FORMAT_LABELS = {"gguf": "GGUF", "mlx": "MLX", "exl3": "EXL3", "exl2": "EXL2", "fp8": "FP8", "awq": "AWQ"}
+
+
+def engine_label(engine: str) -> str:
+    """An engine's readable name, from the registry ("llama.cpp"), or the hand-off's."""
+    return "vLLM / SGLang" if engine == HANDOFF else label(engine)
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ class Option:
     @property
     def label(self) -> str:
         """'llama.cpp + GGUF Q4_K_M', with ' + q8_0 KV cache' when the KV cache is not f16."""
-        engine = ENGINE_LABELS.get(self.engine, self.engine)
+        engine = engine_label(self.engine)
         kv = "" if self.kv_type == "f16" else f" + {self.kv_type} KV cache"
         return f"{engine} + {FORMAT_LABELS.get(self.format, self.format)} {self.quant}{kv}"
 
@@ -87,17 +89,8 @@ def _recorded_size(model: CatalogModel, fmt: str, quant: str) -> int | None:
 
 
 def sliding_cache(engine: str) -> SlidingCache:
-    """How the engine sizes sliding-window layers (see `launcher.advisor.fit.SlidingCache`).
-
-    mlx-lm (rotating caches) and vLLM keep each sequence's window; our llama.cpp engine keeps
-    llama.cpp's windowed cache shared by all sequences plus checkpoints in host RAM; ExLlama's
-    paged cache is sized for the whole context in every layer.
-    """
-    if engine in ("mlx", "vllm"):
-        return "window"
-    if engine == "llamacpp":
-        return "llamacpp"
-    return "full"
+    """How the engine sizes sliding-window layers: its spec says (vLLM keeps each sequence's window)."""
+    return "window" if engine == HANDOFF else get_spec(engine).sliding_cache
 
 
 KV_LEVER: KvType = "q8_0"
@@ -105,8 +98,13 @@ KV_LEVER: KvType = "q8_0"
 
 
 def kv_lever_applies(engine: str) -> bool:
-    """Whether the advisor may pick a q8_0 KV cache for this engine (llama.cpp only)."""
-    return engine == "llamacpp"
+    """Whether the advisor may pick a q8_0 KV cache for this engine (its spec says; llama.cpp's does)."""
+    return engine != HANDOFF and get_spec(engine).quantized_kv
+
+
+def can_offload(engine: str) -> bool:
+    """Whether the engine can keep some layers in CPU RAM when the GPU is too small (llama.cpp)."""
+    return engine != HANDOFF and get_spec(engine).can_offload
 
 
 def kv_lever_cost(f16_bytes: int, lever_bytes: int, context: int) -> str:
@@ -138,10 +136,11 @@ def build_option(
     The speed (and a corrected memory figure, not the verdict) follow this machine's calibration
     runs when `calibration` has some for the engine; None gives the model's raw prediction.
     """
-    table_format = "vllm" if engine == "vllm" else fmt
+    table_format = "vllm" if engine == HANDOFF else fmt
     bpw = bits_per_weight(table_format, quant)
     weights = _recorded_size(model, fmt, quant) or weights_bytes(model.architecture, bpw)
-    on_gpu = engine != "llamacpp" or bool(machine.gpus) or machine.apple is not None
+    # An engine that cannot offload runs on its GPU (or Apple's unified memory) or not at all.
+    on_gpu = not can_offload(engine) or bool(machine.gpus) or machine.apple is not None
     fit = fit_model(
         machine,
         model.architecture,
@@ -150,17 +149,18 @@ def build_option(
         parallel=parallel,
         kv_type=kv_type,
         use_gpu=on_gpu,
-        allow_offload=engine == "llamacpp",
+        allow_offload=can_offload(engine),
         sliding=sliding_cache(engine),
     )
-    tensor_parallel = engine in ("exllamav3", "vllm") and len(machine.nvidia_gpus) > 1
+    splits = engine == HANDOFF or get_spec(engine).tensor_parallel
+    tensor_parallel = splits and len(machine.nvidia_gpus) > 1
     runs = resolve_calibration(machine, calibration)
     applicable = runs.for_model(engine, model.architecture.params_active_b) if runs is not None else None
     speed = estimate_speed(
         machine, model.architecture, bpw, fit, tensor_parallel=tensor_parallel, calibration=applicable
     )
     reason = None
-    if engine in LAUNCHABLE_ENGINES and status is not None:
+    if engine != HANDOFF and status is not None:
         reason = status.get(engine, "not registered")
     return Option(
         engine=engine,
@@ -171,7 +171,7 @@ def build_option(
         fit=fit,
         speed=speed,
         source=_source(model, fmt, quant),
-        launchable=engine in LAUNCHABLE_ENGINES,
+        launchable=engine != HANDOFF,
         unavailable_reason=reason,
         memory=calibrated_memory(fit, applicable),
     )
@@ -194,21 +194,21 @@ def candidate_options(
     team: bool = False,
     calibration: CalibrationChoice = "stored",
 ) -> list[Option]:
-    """Every option worth considering for this machine (engines that cannot run here are left out)."""
+    """Every option worth considering for this machine: each registered engine that can run on this
+    hardware and suits it, with each quant the catalog has in the engine's formats (plus the vLLM
+    hand-off for teams and datacenter nodes)."""
     specs: list[tuple[str, str, str]] = []
+    for spec in engine_specs():
+        if spec.runs_on(machine) is not None or not spec.suits(machine):
+            continue
+        for fmt in spec.formats:
+            if fmt in CATALOG_FORMATS:
+                specs += [(spec.name, fmt, q) for q in model.quants(fmt)]  # type: ignore[arg-type]
     nvidia = machine.nvidia_gpus
-    min_cc = min((g.compute_capability or (0, 0) for g in nvidia), default=(0, 0))
-    if model.gguf:
-        specs += [("llamacpp", "gguf", q) for q in model.gguf.quants]
-    if machine.apple is not None:
-        specs += [("mlx", "mlx", q) for q in model.mlx]
-    if nvidia and min_cc >= (8, 0):
-        specs += [("exllamav3", "exl3", q) for q in model.exl3]
-    if nvidia:
-        specs += [("exllamav2", "exl2", q) for q in model.exl2]
     if nvidia and (team or is_datacenter(machine)):
+        min_cc = min(g.compute_capability or (0, 0) for g in nvidia)
         fp8 = min_cc >= (8, 9)
-        specs += [("vllm", "fp8" if fp8 else "awq", "FP8" if fp8 else "AWQ"), ("vllm", "bf16", "BF16")]
+        specs += [(HANDOFF, "fp8" if fp8 else "awq", "FP8" if fp8 else "AWQ"), (HANDOFF, "bf16", "BF16")]
     runs = resolve_calibration(machine, calibration)  # once, not once per option
     return [
         build_option(

@@ -10,26 +10,29 @@ from dataclasses import dataclass, replace
 
 from launcher.advisor.fit import VERDICT_RANK, FitResult, KvType, fit_model
 from launcher.advisor.options import (
-    ENGINE_LABELS,
     KV_LEVER,
-    EngineStatus,
+    can_offload,
+    engine_label,
     kv_lever_applies,
     kv_lever_cost,
     sliding_cache,
 )
+from launcher.core.config import AUTO_ENGINE, ServeConfig
+from launcher.core.errors import ModelFormatError
 from launcher.core.model_types import Architecture
+from launcher.engine_specs import EngineStatus, engines_for_format
 from launcher.hardware.machine import Machine
 
-ENGINES_FOR_FORMAT: dict[str, tuple[str, ...]] = {
-    "gguf": ("llamacpp",),
-    "mlx": ("mlx",),
-    "exl3": ("exllamav3",),
-    "exl2": ("exllamav2",),
-    # Unquantized Hugging Face safetensors: mlx-lm loads them directly (bf16).
-    "safetensors": ("mlx",),
-}
-DEFAULT_SERVE_CONTEXT = 32768
-MIN_SERVE_CONTEXT = 2048
+SERVE_CONTEXTS = (32768, 16384, 8192, 4096, 2048)
+"""The contexts a serve plan tries, largest first, when none is asked: 32k is what coding agents
+need; 2k is the least worth serving. The catalog advisor tries the same ladder."""
+
+
+def context_ladder(max_context: int, ladder: tuple[int, ...]) -> list[int]:
+    """The contexts to try, largest first: the model's own limit when it is below the ladder's top,
+    then the rungs below it."""
+    limit = min(max_context, ladder[0])
+    return [limit, *(c for c in ladder if c < limit)]
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,20 @@ class ServePlan:
     def kv_type(self) -> KvType:
         """The KV cache type the plan was fitted with (what `launcher serve --kv-cache-type` must get)."""
         return self.fit.kv_type
+
+    def fill(self, config: ServeConfig) -> ServeConfig:
+        """`config` with this plan's engine, context, GPU layers and KV cache type where it left them
+        open: what the user set stays, and the server, the app and the engines all run this decision."""
+        updates: dict[str, object] = {}
+        if config.engine == "auto":
+            updates["engine"] = self.engine
+        if config.context is None:
+            updates["context"] = self.context
+        if config.gpu_layers is None:
+            updates["gpu_layers"] = self.gpu_layers
+        if config.kv_cache_type == "auto":
+            updates["kv_cache_type"] = self.kv_type
+        return config.model_copy(update=updates) if updates else config
 
 
 def plan_local(
@@ -68,11 +85,13 @@ def plan_local(
     for llama.cpp a q8_0 KV cache where f16 would not fit (or only with a partial offload) at a
     context, before a smaller context is tried.
     """
-    candidates = ENGINES_FOR_FORMAT.get(fmt, ())
     if engine is None:
-        usable = [e for e in candidates if status is None or status.get(e) is None]
-        engine = (usable or list(candidates) or ["llamacpp"])[0]
-        why = f"{ENGINE_LABELS.get(engine, engine)} runs {fmt.upper()} files"
+        engines = engines_for_format(fmt, status=status)
+        candidates = engines.usable or engines.all
+        if not candidates:
+            raise ModelFormatError(f"No engine runs {fmt} models: {engines.why_none()}.")
+        engine = candidates[0].name
+        why = f"{engine_label(engine)} runs {fmt.upper()} files"
         if machine.apple is not None and fmt == "gguf":
             why += " (Metal on Apple Silicon; MLX needs MLX-format weights)"
         elif machine.nvidia_gpus and fmt == "gguf":
@@ -80,17 +99,13 @@ def plan_local(
         elif not machine.gpus and machine.apple is None:
             why += " on the CPU"
     else:
-        why = f"{ENGINE_LABELS.get(engine, engine)} chosen with --engine"
+        why = f"{engine_label(engine)} chosen with --engine"
     if status is not None and status.get(engine):
         why += f"; but it is not usable here: {status[engine]}"
 
     use_gpu = bool(machine.gpus) or machine.apple is not None
-    allow_offload = engine == "llamacpp"
-    if context is not None:
-        contexts = [context]
-    else:
-        limit = min(arch.max_context, DEFAULT_SERVE_CONTEXT)
-        contexts = [c for c in (limit, 16384, 8192, 4096, MIN_SERVE_CONTEXT) if c <= limit] or [limit]
+    allow_offload = can_offload(engine)
+    contexts = [context] if context is not None else context_ladder(arch.max_context, SERVE_CONTEXTS)
     lever = kv_type is None and kv_lever_applies(engine)
     fit: FitResult | None = None
     f16_fit: FitResult | None = None  # set when the q8_0 KV cache replaced an f16 fit
@@ -134,3 +149,21 @@ def plan_local(
         without = "it would need a partial offload" if f16_fit.fits else "it would not fit"
         why += f"; with an f16 KV cache {without}, so {kv_lever_cost(f16_fit.kv_bytes, fit.kv_bytes, fit.context)}"
     return ServePlan(engine=engine, reason=why, gpu_layers=gpu_layers, context=fit.context, fit=fit)
+
+
+def plan_for_config(
+    machine: Machine, fmt: str, arch: Architecture, weights: int, config: ServeConfig, status: EngineStatus | None
+) -> ServePlan:
+    """The serve plan for `config`: what it pins stays pinned, the rest is the advisor's. The server
+    and the app both plan through here, so the app's model list and `launcher serve` agree."""
+    return plan_local(
+        machine,
+        fmt,
+        arch,
+        weights,
+        context=config.context,
+        parallel=config.parallel,
+        engine=None if config.engine == AUTO_ENGINE else config.engine,
+        status=status,
+        kv_type=None if config.kv_cache_type == "auto" else config.kv_cache_type,
+    )

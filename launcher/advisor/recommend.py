@@ -14,6 +14,7 @@ smaller weights quant, a partial offload or a smaller context.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -21,24 +22,25 @@ from launcher.advisor.calibration import MachineCalibration
 from launcher.advisor.calibration_store import CalibrationChoice, resolve_calibration
 from launcher.advisor.fit import VERDICT_LABELS, VERDICT_RANK, KvType
 from launcher.advisor.options import (
-    ENGINE_LABELS,
+    HANDOFF,
     KV_LEVER,
-    EngineStatus,
     Option,
     build_option,
     candidate_options,
+    engine_label,
     is_datacenter,
     kv_lever_applies,
     kv_lever_cost,
 )
+from launcher.advisor.plan import SERVE_CONTEXTS, context_ladder
 from launcher.catalog.schema import CatalogModel
 from launcher.core.errors import CatalogError
 from launcher.core.units import format_bytes
+from launcher.engine_specs import EngineStatus
 from launcher.hardware.machine import Machine
 
-DEFAULT_CONTEXT = 32768  # coding agents (Claude Code) need >= 25-32k
-FALLBACK_CONTEXTS = (32768, 16384, 8192, 4096)
-TEAM_CONTEXTS = (8192, 4096)
+TEAM_CONTEXTS = (8192, 4096, 2048)
+"""A team's requests rarely all hold a full 32k at once: its shared KV cache is sized for 8k each."""
 QUALITY_CEILING_BPW = 6.7  # above this, more bits cost speed for little quality
 QUALITY_FLOOR_BPW = 3.5
 TEAM_USERS = 8
@@ -165,10 +167,12 @@ def _variant(
 
 
 def _pick(machine: Machine, options: list[Option], team: bool, lever: list[Option]) -> tuple[Option | None, list[str]]:
-    by_engine = {e: [o for o in options if o.engine == e] for e in ENGINE_LABELS}
+    by_engine: dict[str, list[Option]] = defaultdict(list)
+    for option in options:
+        by_engine[option.engine].append(option)
     reasons: list[str] = []
     if team or is_datacenter(machine):
-        pick = _best(by_engine["vllm"], ("full_gpu",))
+        pick = _best(by_engine[HANDOFF], ("full_gpu",))
         if pick:
             why = "many users share it" if team else "this is a datacenter GPU node"
             reasons.append(
@@ -245,7 +249,7 @@ def _advice(
         if alt.fit.fits and alt.bits_per_weight < option.bits_per_weight:
             lines.append(f"use {quant}")
             break
-    for smaller_context in (c for c in FALLBACK_CONTEXTS if c < context):
+    for smaller_context in (c for c in SERVE_CONTEXTS if c < context):
         alt = _variant(machine, model, option, users, status, calibration, context=smaller_context)
         if alt.fit.fits:
             lines.append(f"or context {smaller_context // 1024}k")
@@ -269,7 +273,7 @@ def _full_gpu_hint(
     calibration: MachineCalibration | None,
 ) -> list[str]:
     """When a partial offload would become a full GPU load at a smaller context, say so with the speed-up."""
-    for smaller in (c for c in FALLBACK_CONTEXTS if c < context):
+    for smaller in (c for c in SERVE_CONTEXTS if c < context):
         alt = _variant(machine, model, chosen, users, status, calibration, context=smaller)
         if alt.fit.verdict in ("full_gpu", "unified"):
             speedup = alt.speed.decode_high / max(chosen.speed.decode_high, 1e-9)
@@ -304,9 +308,7 @@ def recommend(
     if context:
         contexts = [context]
     else:
-        # A team's requests rarely all hold a full 32k at once; size the shared KV for 8k each.
-        defaults = TEAM_CONTEXTS if team else FALLBACK_CONTEXTS
-        contexts = [c for c in defaults if c <= model.architecture.max_context] or [model.architecture.max_context]
+        contexts = context_ladder(model.architecture.max_context, TEAM_CONTEXTS if team else SERVE_CONTEXTS)
     chosen: Option | None = None
     options: list[Option] = []
     reasons: list[str] = []
@@ -352,7 +354,7 @@ def recommend(
         if chosen.fit.verdict == "partial":
             reasons.extend(_full_gpu_hint(machine, model, chosen, used_context, users, status, runs))
         if chosen.unavailable_reason:
-            reasons.append(f"{ENGINE_LABELS[chosen.engine]} is not usable here yet: {chosen.unavailable_reason}.")
+            reasons.append(f"{engine_label(chosen.engine)} is not usable here yet: {chosen.unavailable_reason}.")
     others = sorted(
         (o for o in options if o is not chosen),
         key=lambda o: (

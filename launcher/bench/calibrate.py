@@ -28,13 +28,22 @@ from launcher.advisor.calibration import (
 )
 from launcher.advisor.calibration_store import CalibrationChoice, calibration_file, record_run, resolve_calibration
 from launcher.advisor.fit import KV_BYTES_PER_ELEMENT, FitResult, KvType
-from launcher.advisor.plan import ENGINES_FOR_FORMAT, plan_local
+from launcher.advisor.plan import plan_local
 from launcher.advisor.speed import SpeedEstimate, estimate_speed
 from launcher.bench.calibrate_measure import CalibrationWorkload, Measurement, measure
 from launcher.bench.runner import ServerUnreachable, make_client, metrics_url
 from launcher.core.errors import ModelError, ServerError
 from launcher.core.model_types import Architecture
+from launcher.engine_specs import engines_for_format
 from launcher.hardware.machine import Machine, MemoryInfo
+
+
+def _format_engine(fmt: str) -> str:
+    """The engine that runs `fmt` first, for a server whose /health does not name its engine."""
+    engines = engines_for_format(fmt).all
+    if not engines:
+        raise ValueError(f"no engine runs the format {fmt!r}")
+    return engines[0].name
 
 
 @dataclass(frozen=True)
@@ -65,7 +74,7 @@ class ServedModel:
             kv_type = str(serving.get("kv_cache_type") or "f16")
             if kv_type not in KV_BYTES_PER_ELEMENT:
                 raise ValueError(f"unknown kv_cache_type {kv_type!r}")
-            engine = str(health.get("engine") or ENGINES_FOR_FORMAT.get(fmt, ("llamacpp",))[0])
+            engine = str(health.get("engine") or _format_engine(fmt))
             return cls(
                 model_id=str(health.get("model") or ""),
                 engine=engine,

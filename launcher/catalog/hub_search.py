@@ -5,23 +5,21 @@ opened with `model_info(files_metadata=True)` (EXL repos: their branches) to lis
 and their sizes. The verdict comes from the advisor: with the catalog's architecture when the
 repo is a catalog one, otherwise from an architecture estimated from the file size and the
 quant's bits per weight (said so in the result, since a GGUF header cannot be read without
-downloading it).
+downloading it). The catalog sits below the advisor, so the caller hands the advisor's judgement
+in (`judge`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from launcher.catalog.hub_client import HUB_EXCEPTIONS, HubContext, is_offline, offline_error, translate_hub_error
 from launcher.catalog.local_formats import gguf_quant_from_name, group_gguf_files
 from launcher.catalog.schema import CatalogModel
-from launcher.core.errors import CatalogError, LauncherError
+from launcher.core.errors import CatalogError
 from launcher.core.model_types import Architecture
-
-if TYPE_CHECKING:
-    from launcher.hardware.machine import Machine
 
 SEARCH_TAGS = {"gguf": "gguf", "mlx": "mlx", "exl3": "exl3", "exl2": "exl2"}
 _EXL_BRANCH = re.compile(r"^\d+(\.\d{1,2})?bpw$")
@@ -101,12 +99,13 @@ def search_hub(
     query: str,
     *,
     fmt: str = "gguf",
-    machine: Machine | None = None,
     limit: int = 20,
     detail_limit: int = 8,
     ctx: HubContext | None = None,
+    judge: Callable[[HubResult], HubResult] | None = None,
 ) -> list[HubResult]:
-    """Repos matching `query` in format `fmt`, most downloaded first; the top ones with variants and fits."""
+    """Repos matching `query` in format `fmt`, most downloaded first; the top ones with their variants,
+    which `judge` (the advisor's `judge_hub_result` for a machine) gives fit verdicts."""
     if fmt not in SEARCH_TAGS:
         raise CatalogError(f"Unknown format {fmt!r}; search supports {', '.join(SEARCH_TAGS)}.")
     if is_offline():
@@ -121,7 +120,8 @@ def search_hub(
         HubResult(repo_id=m.id, format=fmt, downloads=m.downloads, likes=m.likes, gated=bool(m.gated)) for m in found
     ]
     detailed = [_with_variants(r, ctx) for r in results[:detail_limit]]
-    return [_with_fit(r, machine) for r in detailed] + results[detail_limit:]
+    judged = [judge(r) for r in detailed] if judge is not None else detailed
+    return judged + results[detail_limit:]
 
 
 def _with_variants(result: HubResult, ctx: HubContext) -> HubResult:
@@ -165,47 +165,7 @@ def _sum_variant(sizes: dict[str, int | None], quant: str, revision: str) -> Hub
     return HubVariant(quant=quant, files=tuple(weights), size_bytes=total or None, revision=revision)
 
 
-# ----------------------------------------------------------------------------- fit
-
-
-def _with_fit(result: HubResult, machine: Machine | None) -> HubResult:
-    if not result.variants:
-        return result
-    entry = _catalog_match(result.repo_id)
-    try:
-        from launcher.catalog.engines_here import engine_status, runnable_by
-        from launcher.hardware.probe import probe_machine
-
-        machine = machine or probe_machine()
-        engine, why = runnable_by(result.format, engine_status(machine))
-    except (ImportError, LauncherError):
-        return result
-    variants = tuple(
-        replace(_fit_variant(machine, result.format, variant, entry), engine_note=None if engine else why)
-        for variant in result.variants
-    )
-    return replace(result, variants=variants, catalog_id=entry.id if entry else None, estimated=entry is None)
-
-
-def _fit_variant(machine: Machine, fmt: str, variant: HubVariant, entry: CatalogModel | None) -> HubVariant:
-    """The advisor's verdict for one variant (unchanged when the advisor cannot say)."""
-    if not variant.size_bytes:
-        return variant
-    try:
-        from launcher.advisor import plan_local
-        from launcher.advisor.tables import bits_per_weight
-
-        if entry is not None:
-            arch = entry.architecture
-        else:
-            arch = estimate_architecture(variant.size_bytes, bits_per_weight(fmt, variant.quant))
-        plan = plan_local(machine, fmt, arch, variant.size_bytes)
-    except (ImportError, LauncherError, ValueError):
-        return variant
-    return replace(variant, verdict=plan.fit.verdict, context=plan.context)
-
-
-def _catalog_match(repo_id: str) -> CatalogModel | None:
+def catalog_match(repo_id: str) -> CatalogModel | None:
     from launcher.catalog.catalog import default_catalog
 
     try:

@@ -9,8 +9,7 @@ weights, configs and tokenizer come down, never other variants or the original c
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
 
 from huggingface_hub.hf_api import RepoSibling
 from huggingface_hub.utils import filter_repo_objects  # type: ignore[attr-defined]  # public, lazily exported
@@ -25,17 +24,17 @@ from launcher.catalog.hub_client import (
 )
 from launcher.catalog.local_formats import gguf_quant_from_name, group_gguf_files
 from launcher.catalog.schema import CatalogModel, ExlVariant, FormatName, MlxVariant
-from launcher.core.errors import CatalogError, ConfigError, LauncherError, RepoNotFoundError
+from launcher.core.errors import CatalogError, ConfigError, RepoNotFoundError
 from launcher.core.model_types import ModelFormat
 from launcher.core.units import format_bytes
-
-if TYPE_CHECKING:
-    from launcher.hardware.machine import Machine
 
 # What an MLX / EXL / safetensors model needs; anything else in the repo stays on the Hub.
 ALLOW_PATTERNS = ("*.json", "*.safetensors", "tokenizer*", "*.jinja", "*.txt", "*.model", "*.tiktoken")
 IGNORE_PATTERNS = ("original/*", "*.pth", "*.bin", "*.gguf", "*.onnx*", "*.msgpack", "*.h5", "*.ot")
 DEFAULT_GGUF_QUANT = "Q4_K_M"
+
+Advise = Callable[[CatalogModel], "tuple[FormatName, str] | None"]
+"""Picks the (format, quant) of a catalog entry to download, or None when it cannot say."""
 
 
 def plan_pull(
@@ -45,15 +44,18 @@ def plan_pull(
     quant: str | None = None,
     revision: str | None = None,
     ctx: HubContext | None = None,
-    machine: Machine | None = None,
+    advise: Advise | None = None,
 ) -> PullPlan:
-    """The exact repo, commit and files for SPEC (a catalog id or REPO[:FILE])."""
+    """The exact repo, commit and files for SPEC (a catalog id or REPO[:FILE]).
+
+    For a catalog id with no format or quant given, `advise` picks them (the advisor's
+    `advised_variant` for a machine); without it the catalog's default GGUF quant is pulled."""
     ctx = ctx or HubContext.from_env()
     if is_offline():
         raise offline_error(f"HF_HUB_OFFLINE is set, so {spec} cannot be downloaded.")
     entry = _catalog_entry(spec)
     if entry is not None:
-        return _plan_catalog(entry, fmt, quant, ctx, machine)
+        return _plan_catalog(entry, fmt, quant, ctx, advise)
     repo_id, _, file = spec.partition(":")
     if repo_id.count("/") != 1:
         raise CatalogError(f"{spec!r} is neither a catalog id nor a Hub repo (owner/name[:FILE]).")
@@ -75,9 +77,9 @@ def _catalog_entry(spec: str) -> CatalogModel | None:
 
 
 def _plan_catalog(
-    entry: CatalogModel, fmt: FormatName | None, quant: str | None, ctx: HubContext, machine: Machine | None
+    entry: CatalogModel, fmt: FormatName | None, quant: str | None, ctx: HubContext, advise: Advise | None
 ) -> PullPlan:
-    fmt, quant = choose_variant(entry, fmt, quant, machine)
+    fmt, quant = choose_variant(entry, fmt, quant, advise)
     if fmt == "gguf":
         assert entry.gguf is not None
         files = entry.gguf.quants[quant].files
@@ -92,9 +94,10 @@ def _plan_catalog(
 
 
 def choose_variant(
-    entry: CatalogModel, fmt: FormatName | None, quant: str | None, machine: Machine | None = None
+    entry: CatalogModel, fmt: FormatName | None, quant: str | None, advise: Advise | None = None
 ) -> tuple[FormatName, str]:
-    """The (format, quant) to pull: the user's, else the advisor's choice for this machine."""
+    """The (format, quant) to pull: the user's, else `advise`'s (the advisor's choice for a machine),
+    else the catalog's default."""
     formats = entry.formats()
     if not formats:
         raise CatalogError(f"{entry.id} has no downloadable weights in the catalog.")
@@ -108,7 +111,7 @@ def choose_variant(
         where = fmt or "any format"
         listing = "; ".join(f"{f}: {', '.join(entry.quants(f))}" for f in ([fmt] if fmt else formats))
         raise ConfigError(f"{entry.id} has no quant {quant!r} in {where}. Available: {listing}.")
-    advised = _advised(entry, machine)
+    advised = advise(entry) if advise is not None else None
     if advised and (fmt is None or advised[0] == fmt):
         return advised
     chosen = fmt or ("gguf" if "gguf" in formats else formats[0])
@@ -118,23 +121,6 @@ def choose_variant(
 
 def _match_quant(wanted: str, available: Iterable[str]) -> str | None:
     return next((q for q in available if q.lower() == wanted.lower()), None)
-
-
-def _advised(entry: CatalogModel, machine: Machine | None) -> tuple[FormatName, str] | None:
-    """The advisor's pick among the formats this entry has (None when it cannot say)."""
-    try:
-        from launcher.advisor import recommend
-        from launcher.catalog.engines_here import engine_status
-        from launcher.hardware.probe import probe_machine
-
-        machine = machine or probe_machine()
-        choice = recommend(machine, entry, status=engine_status(machine)).choice
-    except (ImportError, LauncherError):
-        return None
-    for fmt in entry.formats():
-        if fmt == choice.format and choice.quant in entry.quants(fmt):
-            return fmt, choice.quant
-    return None
 
 
 # ----------------------------------------------------------------------------- Hub repos

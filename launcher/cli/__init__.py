@@ -3,8 +3,9 @@
 Each subcommand is a module of this package exposing `add_arguments(parser)` and
 `run(args) -> int`; it is imported only when its command runs (so `launcher gui` does not pay
 for the server's imports), and modules keep heavy imports inside `run` so `launcher --help`
-stays fast. The CLI is the top layer: it may import every other package, and none imports it. Errors from `core.errors` become one clear line on
-stderr and a non-zero exit code, never a traceback.
+stays fast. The CLI is the top layer: it may import every other package, and none imports it.
+Errors from `core.errors` become one clear line on stderr and a non-zero exit code, never a
+traceback.
 """
 
 from __future__ import annotations
@@ -22,24 +23,40 @@ def _module(name: str) -> ModuleType:
     """The subcommand's module. Written out, not built from the name, so a freezer (PyInstaller)
     sees every subcommand and the lazy import still happens only when the command runs."""
     if name == "gui":
-        from launcher.cli import gui as module
-    elif name == "detect":
-        from launcher.cli import detect as module
-    elif name == "recommend":
-        from launcher.cli import recommend as module
-    elif name == "models":
-        from launcher.cli import models as module
-    elif name == "pull":
-        from launcher.cli import pull as module
-    elif name == "search":
-        from launcher.cli import search as module
-    elif name == "serve":
-        from launcher.cli import serve as module
-    elif name == "bench":
-        from launcher.cli import bench as module
-    else:
-        from launcher.cli import connect as module
-    return module
+        from launcher.cli import gui
+
+        return gui
+    if name == "detect":
+        from launcher.cli import detect
+
+        return detect
+    if name == "recommend":
+        from launcher.cli import recommend
+
+        return recommend
+    if name == "models":
+        from launcher.cli import models
+
+        return models
+    if name == "pull":
+        from launcher.cli import pull
+
+        return pull
+    if name == "search":
+        from launcher.cli import search
+
+        return search
+    if name == "serve":
+        from launcher.cli import serve
+
+        return serve
+    if name == "bench":
+        from launcher.cli import bench
+
+        return bench
+    from launcher.cli import connect
+
+    return connect
 
 
 # name -> one-line help

@@ -39,26 +39,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def engine_availability(machine: Machine) -> dict[str, dict[str, Any]]:
-    """For each registered engine: usable / reason / version / backend (never raises)."""
-    # The one place hardware looks up engines (allowed in the import contracts: the CLI sits on top).
-    from launcher.engines import registry
+    """For each registered engine: label, formats, usable / reason / version / backend (never raises)."""
+    from launcher.engine_specs import specs
+    from launcher.engines.registry import probe
 
     answers: dict[str, dict[str, Any]] = {}
-    for name in registry.names():
-        try:
-            availability = registry.get(name).availability(machine)
-            answers[name] = {
-                "usable": availability.usable,
-                "reason": availability.reason,
-                "version": availability.version,
-                "backend": availability.backend,
-            }
-        except Exception as err:  # an adapter that fails to import must not break `detect`
-            reason = str(err) or type(err).__name__
-            answers[name] = {
-                "usable": False,
-                "reason": f"not available: {reason}",
-                "version": None,
-                "backend": None,
-            }
+    for spec in specs():
+        availability = probe(spec.name, machine)
+        answers[spec.name] = {
+            "label": spec.label,
+            "formats": list(spec.formats),
+            "usable": availability.usable,
+            "reason": availability.reason,
+            "version": availability.version,
+            "backend": availability.backend,
+        }
     return answers

@@ -90,8 +90,8 @@ def _print_partials() -> None:
 
 
 def _engine_status() -> dict[str, str | None] | None:
-    from launcher.catalog.engines_here import engine_status
     from launcher.core.errors import LauncherError
+    from launcher.engine_specs import engine_status
     from launcher.hardware.probe import probe_machine
 
     try:
@@ -102,10 +102,14 @@ def _engine_status() -> dict[str, str | None] | None:
 
 def entry_json(entry: LibraryEntry, status: dict[str, str | None] | None) -> dict[str, Any]:
     """One library entry as plain data (what --json prints and the text view formats)."""
-    from launcher.catalog.engines_here import runnable_by
+    from launcher.engine_specs import engines_for_format
 
     arch = entry.architecture
-    engine, why = runnable_by(entry.model.format, status) if status is not None else (None, "not checked")
+    engine, why = None, "not checked"
+    if status is not None:
+        runnable = engines_for_format(entry.model.format, status=status)
+        engine = runnable.first.name if runnable.first else None
+        why = engine or runnable.why_none()
     return {
         "name": entry.name,
         "source": entry.source,

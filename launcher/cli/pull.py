@@ -27,12 +27,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Plan the pull, show it, download it with a progress bar."""
+    from launcher.advisor.download_advice import advised_variant
     from launcher.catalog.download import pull
     from launcher.catalog.progress import ProgressEvent, TerminalBar
     from launcher.catalog.pull_plan import plan_pull
     from launcher.core.units import format_bytes
 
-    plan = plan_pull(args.spec, fmt=args.format, quant=args.quant, revision=args.revision)
+    plan = plan_pull(args.spec, fmt=args.format, quant=args.quant, revision=args.revision, advise=advised_variant)
     where = plan.revision if plan.revision == plan.commit else f"{plan.revision} ({plan.commit[:8]})"
     print(
         f"{plan.repo_id} @ {where}: {plan.format} {plan.quant or ''}, {len(plan.files)} file(s), "

@@ -30,9 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Search and print."""
+    from launcher.advisor.download_advice import judge_hub_result
     from launcher.catalog.hub_search import search_hub
 
-    results = search_hub(args.text, fmt=args.format, limit=args.limit, detail_limit=args.details)
+    results = search_hub(
+        args.text, fmt=args.format, limit=args.limit, detail_limit=args.details, judge=judge_hub_result
+    )
     if args.json:
         print(json.dumps([asdict(r) for r in results], indent=2))
         return 0

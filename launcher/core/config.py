@@ -24,7 +24,8 @@ DEFAULT_SWA_CHECKPOINTS = 8
 DEFAULT_SWA_CHECKPOINT_MB = 1024
 """Memory all of them may hold together, in MiB."""
 
-EngineName = Literal["auto", "llamacpp", "mlx", "exllamav2", "exllamav3"]
+AUTO_ENGINE = "auto"
+"""`engine` for "the advisor's choice"; any other value names an engine in `launcher.engine_specs`."""
 
 
 class ServeConfig(BaseModel):
@@ -33,7 +34,13 @@ class ServeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     model: str = Field("", description="GGUF path, catalog id or local-library name (empty: the starter model)")
-    engine: EngineName = Field("auto", description="inference engine (auto: the advisor's choice)")
+    # A name, not a closed list: engines come from the registry (plug-ins too), which sits above this
+    # module; the server's plan rejects an unknown name with the list of known ones.
+    engine: str = Field(
+        AUTO_ENGINE,
+        pattern=r"^[a-z][a-z0-9_]*$",
+        description="inference engine (auto: the advisor's choice)",
+    )
     context: int | None = Field(None, ge=256, description="context length in tokens (default: advisor)")
     parallel: int = Field(4, ge=1, le=64, description="concurrent sequences sharing the KV cache")
     gpu_layers: int | None = Field(None, ge=-1, description="layers offloaded to GPU (-1 all; default: advisor)")

@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from launcher.core.config import ServeConfig
 from launcher.core.model_types import LocalModel, ModelFormat
+from launcher.engine_specs import Availability
 from launcher.hardware.machine import Machine
 
 REPLY_MARKERS: tuple[str, ...] = (
@@ -44,16 +45,6 @@ REPLY_MARKERS: tuple[str, ...] = (
 """Special tokens that carry a reply's structure. An engine writes them into the generated text when
 the model emits them, because the server's reply parsers (reasoning, tool calls) read them there;
 other control tokens (turn markers and the like) stay invisible."""
-
-
-@dataclass(frozen=True)
-class Availability:
-    """Whether an engine can run on this machine, and in plain words why not."""
-
-    usable: bool
-    reason: str  # "llama-cpp-python 0.3.16 (CPU, AVX2)" or "not installed: pip install 'launcher[mlx]'"
-    version: str | None = None
-    backend: str | None = None  # "cpu" | "cuda" | "metal" | ...
 
 
 @dataclass(frozen=True)
@@ -221,13 +212,14 @@ class LoadedModel(Protocol):
 
 @runtime_checkable
 class Engine(Protocol):
-    """An inference runtime the launcher can drive. Registered in `engines.registry`."""
+    """An inference runtime the launcher can drive. Described by an `EngineSpec` (`launcher.engine_specs`),
+    which names the class; `launcher.engines.registry` builds it."""
 
     name: str
-    formats: tuple[ModelFormat, ...]
 
     def availability(self, machine: Machine) -> Availability:
-        """Installed? Usable on this machine? If not, why, in words a user understands."""
+        """The runtime's own answer, past the spec's cheap checks: does the installed build work here,
+        with which backend? If not, why, in words a user understands. May import the runtime."""
         ...
 
     def load(self, model: LocalModel, config: ServeConfig) -> LoadedModel:

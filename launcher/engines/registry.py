@@ -1,77 +1,57 @@
-"""Engine registry. Built-in engines register through the same path a third-party one would.
+"""Builds engines from their specs (`launcher.engine_specs`), importing a runtime only when asked.
 
-Engines are registered as factories so that importing the registry never imports a runtime.
+The spec registry says which engines exist and what they run; this module is the only place
+that turns a spec's `factory` into an `Engine` object, and the only one that asks an engine's
+runtime whether it works here (`probe`), past the spec's cheap checks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from importlib import import_module
 
 from launcher.core.errors import EngineUnavailableError
+from launcher.engine_specs import Availability, get_spec, specs
 from launcher.engines.base import Engine
 from launcher.hardware.machine import Machine
 
-EngineFactory = Callable[[], Engine]
-
-_factories: dict[str, EngineFactory] = {}
-
-
-def register(name: str, factory: EngineFactory) -> None:
-    """Add (or replace) an engine factory under `name`."""
-    _factories[name] = factory
-
-
-def unregister(name: str) -> None:
-    """Remove an engine (tests that register fakes always unregister them)."""
-    _factories.pop(name, None)
-
-
-def names() -> list[str]:
-    """Registered engine names, in registration order."""
-    return list(_factories)
-
 
 def get(name: str) -> Engine:
-    """Instantiate the engine called `name`."""
+    """Instantiate the engine called `name` (raises EngineUnavailableError for an unknown name)."""
+    spec = get_spec(name)
+    module_name, _, attribute = spec.factory.partition(":")
     try:
-        factory = _factories[name]
-    except KeyError:
-        known = ", ".join(_factories) or "none"
-        raise EngineUnavailableError(f"Unknown engine {name!r}. Known engines: {known}.") from None
-    return factory()
+        engine_class = getattr(import_module(module_name), attribute)
+    except (ImportError, AttributeError) as err:
+        raise EngineUnavailableError(f"{spec.label} is not built into this launcher ({err})") from err
+    engine: Engine = engine_class()
+    return engine
 
 
-def _builtin(module: str, attr: str) -> EngineFactory:
-    def factory() -> Engine:
-        engine: Engine = getattr(import_module(module), attr)()
-        return engine
-
-    return factory
-
-
-# Each adapter module imports its runtime lazily inside `load`/`availability`.
-register("llamacpp", _builtin("launcher.engines.llamacpp.engine", "LlamaCppEngine"))
-register("mlx", _builtin("launcher.engines.mlx.engine", "MlxEngine"))
-register("exllamav3", _builtin("launcher.engines.exllamav3.engine", "ExLlamaV3Engine"))
-register("exllamav2", _builtin("launcher.engines.exllamav2.engine", "ExLlamaV2Engine"))
+def probe(name: str, machine: Machine) -> Availability:
+    """Can engine `name` run on `machine`? The spec's checks first (hardware, installed), then the
+    runtime's own (build, backend). Never raises: an adapter that fails is reported."""
+    spec = get_spec(name)
+    cheap = spec.availability(machine)
+    if not cheap.usable:
+        return cheap
+    try:
+        return get(name).availability(machine)
+    except Exception as err:
+        return Availability(usable=False, reason=f"not available: {err}")
 
 
 def status_map(machine: Machine, only: Iterable[str] | None = None) -> dict[str, str | None]:
-    """Engine name -> None when usable on `machine`, else the reason it is not (never raises).
+    """Engine name -> None when usable on `machine`, else the reason it is not, from `probe`.
 
     `only` limits the check to those engines: asking an engine imports its runtime (MLX alone
     adds ~28 MB to a process), which a server that will never run it should not carry.
     """
     wanted = set(only) if only is not None else None
     out: dict[str, str | None] = {}
-    for name in names():
-        if wanted is not None and name not in wanted:
+    for spec in specs():
+        if wanted is not None and spec.name not in wanted:
             continue
-        try:
-            availability = get(name).availability(machine)
-        except Exception as err:  # an adapter that fails to import is reported, not fatal
-            out[name] = f"not available: {err}"
-            continue
-        out[name] = None if availability.usable else availability.reason
+        availability = probe(spec.name, machine)
+        out[spec.name] = None if availability.usable else availability.reason
     return out

@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.core.config import ServeConfig
-from launcher.core.errors import ModelDoesNotFitError
+from launcher.core.config import AUTO_ENGINE, ServeConfig
+from launcher.core.errors import ModelDoesNotFitError, ModelFormatError
 from launcher.core.model_types import LocalModel
 from launcher.core.units import GIB
 
@@ -68,55 +68,42 @@ def _directory_facts(path: Path) -> tuple[Architecture | None, int]:
     return (detected.architecture if detected else None), weights
 
 
-def _engine_status(machine: Machine, fmt: str) -> dict[str, str | None]:
-    """Which of the engines for this format can run here, so `auto` explains an engine that is
-    missing instead of failing later (only those: asking an engine imports its runtime)."""
-    from launcher.advisor.plan import ENGINES_FOR_FORMAT
-    from launcher.engines.registry import status_map
-
-    return status_map(machine, only=ENGINES_FOR_FORMAT.get(fmt, ()))
-
-
 def plan(config: ServeConfig, machine: Machine | None = None) -> ServeSetup:
-    """Resolve the model and let the advisor choose what the user left open (`machine`: probed if None)."""
+    """Resolve the model and let the advisor fill what the config left open (`machine`: probed if None).
+
+    What is set stays: the app sends the decision its model list showed (engine, context, GPU
+    layers, KV cache type), so this only checks that it fits; `launcher serve MODEL` alone gets
+    the same decision made here, by the same function.
+    """
     model = resolve(config.model)
     if config.served_name:
         model = replace(model, name=config.served_name)
-    from launcher.advisor import plan_local
+    from launcher.advisor import plan_for_config
     from launcher.catalog.gguf_meta import read_gguf_metadata
+    from launcher.engine_specs import engine_status, engines_for_format, get_spec
     from launcher.hardware.probe import probe_machine
 
+    if config.engine != AUTO_ENGINE:
+        get_spec(config.engine)  # an unknown name stops here, with the known ones
     arch: Architecture | None
     if model.format == "gguf":
         meta = read_gguf_metadata(model.path)
         arch, weights = meta.to_architecture(), meta.file_bytes
     else:
         arch, weights = _directory_facts(model.path)
-        if arch is None:  # config.json without the numbers the advisor needs: the format decides alone
-            by_format = {"mlx": "mlx", "exl3": "exllamav3", "exl2": "exllamav2", "safetensors": "mlx"}
-            chosen = by_format.get(model.format, "llamacpp") if config.engine == "auto" else config.engine
-            config = config.model_copy(update={"kv_cache_type": "f16"}) if config.kv_cache_type == "auto" else config
-            return ServeSetup(model, chosen, f"{chosen} runs {model.format.upper()} models", config)
     machine = machine or probe_machine()
-    serve_plan = plan_local(
-        machine,
-        model.format,
-        arch,
-        weights,
-        context=config.context,
-        parallel=config.parallel,
-        engine=None if config.engine == "auto" else config.engine,
-        status=_engine_status(machine, model.format) if config.engine == "auto" else None,
-        kv_type=None if config.kv_cache_type == "auto" else config.kv_cache_type,
-    )
+    if arch is None:  # config.json without the numbers the advisor needs: the format decides alone
+        engines = engines_for_format(model.format, machine)
+        chosen = engines.first or (engines.all[0] if engines.all else None)
+        if config.engine == AUTO_ENGINE and chosen is None:
+            raise ModelFormatError(f"No engine runs {model.name} ({model.format}): {engines.why_none()}.")
+        engine = chosen.name if config.engine == AUTO_ENGINE and chosen else config.engine
+        kv_type = "f16" if config.kv_cache_type == "auto" else config.kv_cache_type
+        filled = config.model_copy(update={"engine": engine, "kv_cache_type": kv_type})
+        return ServeSetup(model, engine, f"{engine} runs {model.format.upper()} models", filled)
+    # Cheap engine checks only (hardware, installed): asking a runtime imports it, and MLX alone
+    # costs a server ~28 MB that will never run it.
+    serve_plan = plan_for_config(machine, model.format, arch, weights, config, engine_status(machine))
     if not serve_plan.fit.fits:
         raise ModelDoesNotFitError(_fit_message(model, serve_plan.fit))
-    updates: dict[str, object] = {}
-    if config.context is None:
-        updates["context"] = serve_plan.context
-    if config.gpu_layers is None:
-        updates["gpu_layers"] = serve_plan.gpu_layers
-    if config.kv_cache_type == "auto":
-        updates["kv_cache_type"] = serve_plan.kv_type
-    filled = config.model_copy(update=updates) if updates else config
-    return ServeSetup(model, serve_plan.engine, serve_plan.reason, filled)
+    return ServeSetup(model, serve_plan.engine, serve_plan.reason, serve_plan.fill(config))

@@ -9,9 +9,11 @@ event `pull` checks on every chunk; the partial file stays on disk and the next 
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 from PySide6.QtCore import QObject, QThread, Signal
 
+from launcher.advisor.download_advice import advised_variant
 from launcher.catalog.download import pull
 from launcher.catalog.progress import ProgressEvent
 from launcher.catalog.pull_plan import plan_pull
@@ -49,7 +51,8 @@ class DownloadWorker(QThread):
     def run(self) -> None:
         """Plan and download (worker thread)."""
         try:
-            plan = plan_pull(self.spec, fmt=self.fmt, quant=self.quant, machine=self.machine)  # type: ignore[arg-type]
+            advise = partial(advised_variant, machine=self.machine)
+            plan = plan_pull(self.spec, fmt=self.fmt, quant=self.quant, advise=advise)  # type: ignore[arg-type]
             self.planned.emit(plan)
             if self._cancel.is_set():
                 raise DownloadCancelled("Download cancelled before it started.")

@@ -1,15 +1,13 @@
-"""Qt-free Hub search for the Models page: launcher.catalog's `hub_search` results as ModelRows.
-
-Written against a small protocol (a result has `repo_id`, and may have `format`, `size_bytes`,
-`verdict`, `downloads`, `likes`, `gated`, `quant`) so the page keeps working as that module grows.
-"""
+"""Qt-free Hub search for the Models page: launcher.catalog's `hub_search` results, judged by the
+advisor for this machine, as ModelRows."""
 
 from __future__ import annotations
 
-from importlib import import_module
+from functools import partial
 from typing import Any, Protocol
 
-from launcher.core.errors import CatalogError
+from launcher.advisor.download_advice import judge_hub_result
+from launcher.catalog.hub_search import search_hub
 from launcher.hardware.machine import Machine
 from launcher.ui.model_rows import ModelRow
 
@@ -20,24 +18,6 @@ class HubResult(Protocol):
     """What the page reads from one Hub search result."""
 
     repo_id: str
-
-
-def _search_function() -> Any:
-    try:
-        module = import_module("launcher.catalog.hub_search")
-    except ModuleNotFoundError as err:
-        raise CatalogError("Hub search is not available in this build of the launcher.") from err
-    for name in ("search_hub", "search"):
-        if hasattr(module, name):
-            return getattr(module, name)
-    raise CatalogError("Hub search is not available in this build of the launcher.")
-
-
-def _call(search: Any, query: str, machine: Machine) -> list[Any]:
-    try:
-        return list(search(query, machine=machine, limit=SEARCH_LIMIT))
-    except TypeError:  # an older signature without machine/limit
-        return list(search(query))
 
 
 def row_from_result(result: Any) -> ModelRow:
@@ -81,4 +61,5 @@ def _note(result: Any) -> str | None:
 
 def search_rows(query: str, machine: Machine) -> list[ModelRow]:
     """Search the Hub (network; run in a worker)."""
-    return [row_from_result(result) for result in _call(_search_function(), query, machine)]
+    results = search_hub(query, limit=SEARCH_LIMIT, judge=partial(judge_hub_result, machine=machine))
+    return [row_from_result(result) for result in results]

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from launcher.core import settings as settings_store
+from launcher.core.config import ServeConfig
 from launcher.core.errors import LauncherError
 from launcher.core.settings import Settings, WindowGeometry
 from launcher.hardware.machine import Machine
@@ -98,6 +99,7 @@ class MainWindow(QMainWindow):
         self.models_page.serve_requested.connect(self.serve_row)
         self.models_page.rows_changed.connect(self._rows_loaded)
         self.server_panel = ServerPanel(self.server)
+        self.server_panel.decide = self._decide
         self.server_panel.load_config(self.settings.serve)
         self.gauges = GaugesPanel()
         self.gauges.calibrate_requested.connect(self._calibrate)
@@ -237,6 +239,14 @@ class MainWindow(QMainWindow):
         if row is not None and row.serve_spec is not None:
             self.served_row = row
             self.server_panel.set_model(row.serve_spec, row.title)
+
+    def _decide(self, config: ServeConfig) -> ServeConfig:
+        """The served row's plan for what the form leaves open, so the server runs what the list showed."""
+        if self.served_row is None or self.machine is None:
+            return config
+        from launcher.ui.model_rows import decided_config
+
+        return decided_config(self.served_row, self.machine, config)
 
     def _start_after_stop(self, _outcome: object) -> None:
         self.server.finished.disconnect(self._start_after_stop)

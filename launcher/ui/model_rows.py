@@ -8,18 +8,26 @@ rows with a plan from `plan_local` when their architecture is known.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
-from launcher.advisor import Recommendation, ServePlan, SpeedEstimate, plan_local, predict_speed, recommend
+from launcher.advisor import (
+    Recommendation,
+    ServePlan,
+    SpeedEstimate,
+    plan_for_config,
+    plan_local,
+    predict_speed,
+    recommend,
+)
 from launcher.advisor.calibration import CalibrationRun
 from launcher.advisor.calibration_store import measured_runs
 from launcher.catalog.catalog import default_catalog
 from launcher.catalog.library import LibraryEntry, scan_library
 from launcher.catalog.schema import Catalog, CatalogModel
+from launcher.core.config import ServeConfig
 from launcher.core.errors import LauncherError
+from launcher.engine_specs import EngineStatus, engine_status
 from launcher.hardware.machine import Machine
 from launcher.ui.metrics import Prediction
 
@@ -34,10 +42,6 @@ class ServerEndpointFacts(Protocol):
 
 
 RowKind = Literal["catalog", "local", "hub"]
-
-# The runtime package each engine needs; checked with find_spec so the app never imports a runtime.
-ENGINE_RUNTIMES = {"llamacpp": "llama_cpp", "mlx": "mlx_lm", "exllamav3": "exllamav3", "exllamav2": "exllamav2"}
-EXTRAS = {"llamacpp": "llamacpp", "mlx": "mlx", "exllamav3": "exllamav3", "exllamav2": "exllamav2"}
 
 
 @dataclass(frozen=True)
@@ -69,30 +73,11 @@ class ModelRow:
         return all(word in self.search_text for word in query.lower().split())
 
 
-def engine_status(machine: Machine, *, this_machine: bool) -> dict[str, str | None] | None:
-    """Engine -> None when its runtime is installed, else how to install it; None for a recorded machine."""
-    if not this_machine:
-        return None  # advice about another machine: assume every engine can be installed there
-    status: dict[str, str | None] = {}
-    for engine, module in ENGINE_RUNTIMES.items():
-        installed = importlib.util.find_spec(module) is not None
-        if engine == "mlx" and not (sys.platform == "darwin" and machine.apple is not None):
-            status[engine] = "MLX runs on Apple Silicon only"
-        elif not installed:
-            status[engine] = f"not installed: pip install 'launcher[{EXTRAS[engine]}]'"
-        else:
-            status[engine] = None
-    return status
-
-
-def _catalog_row(
-    machine: Machine, model: CatalogModel, local: list[LibraryEntry], status: dict[str, str | None] | None
-) -> ModelRow:
+def _catalog_row(machine: Machine, model: CatalogModel, local: list[LibraryEntry], status: EngineStatus) -> ModelRow:
     params = f"{model.architecture.params_total_b:g}B"
     if model.architecture.is_moe:
         params += f" (A{model.architecture.params_active_b:g}B)"
     subtitle = f"{model.family} · {params} · {model.license}"
-    usable = [e for e in local if e.usable or e.source == "starter"]
     try:
         rec = recommend(machine, model, status=status)
     except LauncherError as err:
@@ -100,6 +85,9 @@ def _catalog_row(
     else:
         note = None
     choice = rec.choice if rec else None
+    usable = [e for e in local if e.usable or e.source == "starter"]
+    # The file the advisor picked is the one served, when it is on disk.
+    usable.sort(key=lambda e: choice is None or (e.model.format, e.model.quant) != (choice.format, choice.quant))
     return ModelRow(
         key=f"catalog:{model.id}",
         title=model.name,
@@ -163,7 +151,8 @@ def build_rows(
     """Catalog rows (downloaded ones first), then local files that are not in the catalog."""
     catalog = catalog or default_catalog()
     library = scan_library() if library is None else library
-    status = engine_status(machine, this_machine=this_machine)
+    # Another machine's advice checks its hardware only: whether a runtime is installed here says nothing.
+    status = engine_status(machine, this_process=this_machine)
     by_catalog: dict[str, list[LibraryEntry]] = {}
     loose: list[LibraryEntry] = []
     for entry in library:
@@ -231,3 +220,20 @@ def prediction_for_server(machine: Machine, endpoint: ServerEndpointFacts) -> Pr
         checkpoint_bound_bytes=fit.checkpoint_bytes,
         calibrated_runs=speed.calibrated_runs,
     )
+
+
+def decided_config(row: ModelRow, machine: Machine, config: ServeConfig) -> ServeConfig:
+    """`config` with the advisor's decision for `row`'s file filled in where the form left it open
+    (engine, context, GPU layers, KV cache type), planned as `launcher serve` plans, with the form's
+    parallel sequences. The server then runs this decision instead of making its own. Unchanged when
+    the file's architecture is unknown or it does not fit: the server explains that with its numbers."""
+    entry = row.local
+    if entry is None or entry.architecture is None or not entry.usable:
+        return config
+    try:
+        plan = plan_for_config(
+            machine, entry.model.format, entry.architecture, entry.size_bytes, config, engine_status(machine)
+        )
+    except (LauncherError, ValueError):
+        return config
+    return plan.fill(config) if plan.fit.fits else config

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from launcher.advisor import plan_local, recommend
-from launcher.cli.recommend import format_recommendation, recommendation_json
 from launcher.advisor.options import build_option
 from launcher.catalog.catalog import default_catalog
 from launcher.catalog.schema import CatalogModel
+from launcher.cli.recommend import format_recommendation, recommendation_json
 from launcher.core.units import GIB, MIB
 from launcher.hardware.recorded import load_recorded, recorded_names
 from tests.advisor.machines import laptop_cpu, macbook_m2

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 from huggingface_hub import hf_hub_download
 
+from launcher.advisor.download_advice import advised_variant
 from launcher.catalog import library
 from launcher.catalog.download import pull
 from launcher.catalog.progress import ProgressEvent
@@ -229,7 +230,8 @@ def test_catalog_pull_without_flags_follows_the_advisor(fake_hub: FakeHub) -> No
         "unsloth/Qwen3-0.6B-GGUF",
         {"Qwen3-0.6B-Q4_K_M.gguf": os.urandom(MB), "Qwen3-0.6B-Q8_0.gguf": os.urandom(MB)},
     )
-    plan = plan_pull("qwen3-0.6b", machine=load_recorded("cpu-avx2-laptop-16gb"))
+    machine = load_recorded("cpu-avx2-laptop-16gb")
+    plan = plan_pull("qwen3-0.6b", advise=lambda entry: advised_variant(entry, machine))
     assert plan.format == "gguf" and plan.catalog_id == "qwen3-0.6b"
     assert plan.files[0].path == f"Qwen3-0.6B-{plan.quant}.gguf"
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from launcher import engine_specs
 from launcher.cli import main
-from launcher.engines import registry
+from launcher.engine_specs import EngineSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,7 +29,7 @@ def test_json_for_this_machine_has_the_machine_and_every_engine() -> None:
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["cpu"]["logical_cores"] > 0 and data["memory"]["total"] > 0
-    assert set(data["engines"]) == set(registry.names())
+    assert set(data["engines"]) == set(engine_specs.names())
     for answer in data["engines"].values():
         assert isinstance(answer["usable"], bool) and answer["reason"]
     assert "Traceback" not in done.stderr
@@ -67,21 +68,25 @@ def test_recorded_old_cpu_lists_what_was_not_seen(capsys: pytest.CaptureFixture[
 
 
 def test_engine_that_fails_to_import_is_shown_not_fatal(capsys: pytest.CaptureFixture[str]) -> None:
-    def broken() -> object:
-        raise ImportError("libcuda.so.1: cannot open shared object file")
-
-    registry.register("broken-test-engine", broken)  # type: ignore[arg-type]
+    # An engine whose code is missing (a plug-in built for another version): detect names it and goes on.
+    broken = EngineSpec(
+        name="broken-test-engine",
+        label="Broken",
+        formats=("gguf",),
+        factory="launcher_no_such_plugin.engine:Engine",
+        runtime_module="json",  # "installed", so the engine's own code is what fails
+        distribution="launcher",
+        pip_extra="broken",
+    )
+    engine_specs.register(broken)
     try:
         assert main(["detect", "--recorded", "rtx4090-desktop", "--json"]) == 0
     finally:
-        registry.unregister("broken-test-engine")
-    engines = json.loads(capsys.readouterr().out)["engines"]
-    assert engines["broken-test-engine"] == {
-        "usable": False,
-        "reason": "not available: libcuda.so.1: cannot open shared object file",
-        "version": None,
-        "backend": None,
-    }
+        engine_specs.unregister("broken-test-engine")
+    answer = json.loads(capsys.readouterr().out)["engines"]["broken-test-engine"]
+    assert answer["usable"] is False and answer["version"] is None
+    assert answer["reason"].startswith("not available: Broken is not built into this launcher")
+    assert "launcher_no_such_plugin" in answer["reason"]
 
 
 def test_list_and_unknown_recorded(capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from launcher.cli import build_parser
+from launcher.cli.serve import build_config
 from launcher.core.config import ServeConfig
 from launcher.core.errors import ConfigError
-from launcher.cli.serve import build_config
 from tests.conformance.servers import REPO_ROOT, SERVERS, start_server
 
 LLAMACPP = next(spec for spec in SERVERS if spec.engine == "llamacpp")

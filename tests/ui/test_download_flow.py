@@ -94,3 +94,7 @@ def test_hub_search_then_download_adds_a_local_model(qtbot, fake_hub, tiny_gguf)
         panel.actions.download_button.click()
     local = [row for row in panel.rows if row.kind == "local" and row.local and row.local.repo_id]
     assert any(row.local.repo_id == "someone/Tiny-Chat-GGUF" and row.serve_spec for row in local)
+    # The file just downloaded is the one selected, so Serve runs exactly it.
+    selected = panel.list.selected_row()
+    assert selected is not None and selected.local is not None
+    assert selected.local.repo_id == "someone/Tiny-Chat-GGUF" and selected.serve_spec

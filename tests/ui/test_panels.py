@@ -7,11 +7,11 @@ import json
 import pytest
 from PySide6.QtWidgets import QMessageBox
 
+from launcher.cli.gui import NO_DISPLAY_EXIT_CODE, display_available
 from launcher.core import settings as settings_store
 from launcher.core.config import ServeConfig
 from launcher.core.settings import Settings, WindowGeometry
 from launcher.hardware.recorded import load_recorded, recorded_names
-from launcher.cli.gui import NO_DISPLAY_EXIT_CODE, display_available
 from launcher.ui.main_window import MainWindow
 from launcher.ui.metrics import LiveSample, Prediction, ProcessMemory, parse_metrics
 from launcher.ui.panels.agents import AgentsPanel

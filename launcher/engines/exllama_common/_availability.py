@@ -11,7 +11,7 @@ import importlib.metadata
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from launcher.engines.base import Availability
+from launcher.engine_specs import Availability
 from launcher.hardware.machine import GpuInfo, Machine
 
 FLASH_ATTN_PAGED = (2, 5, 7)  # exllamav2/attn.py: paged attention needs flash-attn >= 2.5.7

@@ -12,8 +12,9 @@ from typing import Any
 
 from launcher.core.config import ServeConfig
 from launcher.core.errors import EngineUnavailableError
-from launcher.core.model_types import LocalModel, ModelFormat
-from launcher.engines.base import Availability, ModelInfo
+from launcher.core.model_types import LocalModel
+from launcher.engine_specs import Availability, get_spec
+from launcher.engines.base import ModelInfo
 from launcher.engines.exllama_common._availability import Environment
 from launcher.engines.exllama_common._backend import Backend
 from launcher.engines.exllama_common._hf_files import ExllamaFormat, HfModelFiles, read_model_files
@@ -122,9 +123,7 @@ class ExLlamaEngineBase:
     """Shared by ExLlamaV3Engine and ExLlamaV2Engine."""
 
     name: str
-    formats: tuple[ModelFormat, ...]
     model_format: ExllamaFormat
-    tensor_parallel_capable = False
 
     def __init__(self, *, env: Environment | None = None, machine: Callable[[], Machine] | None = None) -> None:
         self._env = env or Environment()
@@ -152,8 +151,7 @@ class ExLlamaEngineBase:
             machine,
             files,
             config,
-            self.name,
-            tensor_parallel_capable=self.tensor_parallel_capable,
+            tensor_parallel_capable=get_spec(self.name).tensor_parallel,
             parallel=self._parallel(machine, config),
         )
         log.info(

@@ -14,12 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from launcher.catalog.local_formats import architecture_from_config
 from launcher.core.errors import ModelFormatError
-from launcher.core.model_types import Architecture
+from launcher.engine_specs import engines_for_format
 
 ExllamaFormat = Literal["exl2", "exl3"]
-_ENGINE_FOR = {"exl3": "exllamav3", "exl2": "exllamav2"}
 
 
 @dataclass(frozen=True)
@@ -38,7 +36,6 @@ class HfModelFiles:
     add_bos_token: bool
     bits_per_weight: float | None
     weights_bytes: int
-    architecture: Architecture | None  # for the advisor's fit; None when config.json lacks the numbers
     added_tokens: tuple[str, ...] = ()  # tokenizer.json's added tokens ("<|im_end|>", "<tool_call>")
 
     @property
@@ -116,9 +113,10 @@ def read_model_files(directory: Path, expected: ExllamaFormat) -> HfModelFiles:
     method = str(quant.get("quant_method", "")).lower()
     if method != expected and not (expected == "exl2" and (directory / "measurement.json").exists()):
         found = method.upper() if method else "not quantized with ExLlama"
+        engines = engines_for_format(method).all if method else ()
         hint = (
-            f" Serve it with --engine {_ENGINE_FOR[method]}."
-            if method in _ENGINE_FOR
+            f" Serve it with --engine {engines[0].name}."
+            if engines
             else f" Convert it to {expected.upper()} first, or choose an {expected.upper()} repo."
         )
         raise ModelFormatError(f"{directory.name} is {found}, not {expected.upper()}.{hint}")
@@ -156,7 +154,6 @@ def read_model_files(directory: Path, expected: ExllamaFormat) -> HfModelFiles:
         add_bos_token=bool(tokenizer_config.get("add_bos_token", False)),
         bits_per_weight=bits_per_weight,
         weights_bytes=weights,
-        architecture=architecture_from_config(config, weights, bits_per_weight),
         added_tokens=tuple(
             str(t["content"])
             for t in tokenizer_json.get("added_tokens", ())

@@ -25,8 +25,7 @@ from typing import Any
 
 from launcher.core.config import ServeConfig
 from launcher.core.errors import EngineError, EngineUnavailableError, ModelDoesNotFitError, ModelFormatError
-from launcher.core.model_types import ModelFormat
-from launcher.engines.base import Availability
+from launcher.engine_specs import Availability
 from launcher.engines.exllama_common._availability import (
     FLASH_ATTN_PAGED,
     Environment,
@@ -162,7 +161,6 @@ class ExLlamaV2Engine(ExLlamaEngineBase):
     """EXL2 models with ExLlamaV2's dynamic generator (automatic split over GPUs)."""
 
     name = "exllamav2"
-    formats: tuple[ModelFormat, ...] = ("exl2",)
     model_format = "exl2"
 
     def __init__(

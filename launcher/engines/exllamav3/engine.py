@@ -24,8 +24,7 @@ from typing import Any
 
 from launcher.core.config import ServeConfig
 from launcher.core.errors import EngineUnavailableError, ModelDoesNotFitError, ModelFormatError
-from launcher.core.model_types import ModelFormat
-from launcher.engines.base import Availability
+from launcher.engine_specs import Availability
 from launcher.engines.exllama_common._availability import Environment, check_cuda_engine, describe
 from launcher.engines.exllama_common._backend import JobSpec
 from launcher.engines.exllama_common._engine import ExLlamaEngineBase, GeneratorBackend, RuntimeTokenizer
@@ -115,9 +114,7 @@ class ExLlamaV3Engine(ExLlamaEngineBase):
     """EXL3 models with ExLlamaV3's dynamic generator; tensor parallel on 2+ GPUs."""
 
     name = "exllamav3"
-    formats: tuple[ModelFormat, ...] = ("exl3",)
     model_format = "exl3"
-    tensor_parallel_capable = True
 
     def __init__(
         self,

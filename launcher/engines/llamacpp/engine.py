@@ -12,19 +12,22 @@ import os
 import re
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
+from launcher.advisor.fit import KvType, kv_cache_bytes
 from launcher.core.config import ServeConfig
 from launcher.core.errors import EngineError, ModelDoesNotFitError, ModelFormatError
-from launcher.core.model_types import LocalModel, ModelFormat
+from launcher.core.model_types import LocalModel
 from launcher.core.units import MIB
-from launcher.engines.base import Availability, ModelInfo
+from launcher.engine_specs import Availability
+from launcher.engines.base import ModelInfo
 from launcher.engines.llamacpp import _native
 from launcher.engines.llamacpp._cpu_probe import extra_buffer_types_usable
 from launcher.engines.llamacpp._embedding import Embedder
 from launcher.engines.llamacpp._gguf_header import GgufHeader, check_gguf_file
 from launcher.engines.llamacpp._sliding_window import CheckpointStore
 from launcher.engines.llamacpp.model import LlamaCppModel, RuntimeSettings
+from launcher.engines.llamacpp.spec import SPEC
 from launcher.hardware.machine import Machine
 
 log = logging.getLogger("launcher.engines.llamacpp")
@@ -33,7 +36,6 @@ DEFAULT_CONTEXT = 8192  # per sequence, when neither the user nor the advisor ch
 BATCH_TOKENS = 512  # tokens per llama_decode step: bounds how long one step can stall the others
 _ALL_LAYERS = 999
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml_type ids
-_KV_BYTES_PER_ELEMENT = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
 _FLASH_ATTN_ENABLED = 1
 _UNQUANTIZED_FILE_TYPES = (0, 1, 32)  # all F32, mostly F16, mostly BF16
 
@@ -42,7 +44,6 @@ class LlamaCppEngine:
     """Loads GGUF files with llama.cpp and serves them with continuous batching."""
 
     name = "llamacpp"
-    formats: tuple[ModelFormat, ...] = ("gguf",)
 
     def availability(self, machine: Machine) -> Availability:
         """Installed? Which backend (CPU, CUDA, Metal...) and CPU features does this build use?"""
@@ -165,8 +166,7 @@ def _build(
         embedder = Embedder(llama_cpp, model_pointer, min(train_context, 8192), threads) if pooling else None
         memory = {
             "weights": int(llama_cpp.llama_model_size(model_pointer)),
-            "kv_cache": _allocated_bytes(context_log, "KV")
-            or _kv_cache_bytes(llama_cpp, model_pointer, architecture, n_ctx, kv_type),
+            "kv_cache": _allocated_bytes(context_log, "KV") or _planned_kv_bytes(path, context, parallel, kv_type),
             "compute": _allocated_bytes(context_log, "compute"),  # activations of one micro-batch
         }
         swa_window = max(0, int(llama_cpp.llama_model_n_swa(model_pointer)))
@@ -263,15 +263,15 @@ def _allocated_bytes(context_log: list[str], kind: str) -> int:
     return int(sum(sizes) * MIB)
 
 
-def _kv_cache_bytes(llama_cpp: ModuleType, model_pointer: Any, architecture: str, n_ctx: int, kv_type: str) -> int:
-    n_layer = int(llama_cpp.llama_model_n_layer(model_pointer))
-    n_head = max(1, int(llama_cpp.llama_model_n_head(model_pointer)))
-    n_head_kv = int(llama_cpp.llama_model_n_head_kv(model_pointer))
-    head_dim = int(llama_cpp.llama_model_n_embd(model_pointer)) // n_head
-    key_length = _meta_int(llama_cpp, model_pointer, f"{architecture}.attention.key_length") or head_dim
-    value_length = _meta_int(llama_cpp, model_pointer, f"{architecture}.attention.value_length") or head_dim
-    per_token = n_layer * n_head_kv * (key_length + value_length) * _KV_BYTES_PER_ELEMENT[kv_type]
-    return int(per_token * n_ctx)
+def _planned_kv_bytes(path: Path, context: int, parallel: int, kv_type: str) -> int:
+    """The advisor's KV cache size for this load, when llama.cpp's log did not say what it allocated
+    (0 when the file lacks the numbers)."""
+    from launcher.catalog.gguf_meta import read_gguf_metadata  # reads the file again: only when the log was silent
+
+    architecture = read_gguf_metadata(path).to_architecture()
+    if architecture is None:
+        return 0
+    return kv_cache_bytes(architecture, context, parallel, cast(KvType, kv_type), sliding=SPEC.sliding_cache)
 
 
 def _default_threads() -> int:

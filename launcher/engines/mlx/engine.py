@@ -20,8 +20,9 @@ from typing import Any
 
 from launcher.core.config import ServeConfig
 from launcher.core.errors import EngineUnavailableError, ModelFormatError, ModelNotFoundError
-from launcher.core.model_types import LocalModel, ModelFormat
-from launcher.engines.base import Availability, ModelInfo
+from launcher.core.model_types import LocalModel
+from launcher.engine_specs import Availability
+from launcher.engines.base import ModelInfo
 from launcher.engines.mlx._sampling import GrammarCompiler
 from launcher.engines.mlx._scheduler import Loaded, Scheduler
 from launcher.engines.mlx._tokens import TokenizerAccess
@@ -42,7 +43,6 @@ class MlxEngine:
     """Loads MLX-format model directories with mlx-lm and serves them with batched generation."""
 
     name = "mlx"
-    formats: tuple[ModelFormat, ...] = ("mlx",)
 
     def availability(self, machine: Machine) -> Availability:
         """Installed? Metal (Apple Silicon) or the CPU build?"""

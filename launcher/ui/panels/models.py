@@ -5,6 +5,7 @@ recommendation card for the selected model with a "Serve" button.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
@@ -30,7 +31,9 @@ from launcher.ui.widgets.card import Card, muted
 from launcher.ui.widgets.model_list import ModelList
 
 if TYPE_CHECKING:  # the catalog, advisor and Hub client load in the background, after the window shows
+    from launcher.catalog.library import LibraryEntry
     from launcher.catalog.progress import ProgressEvent
+    from launcher.core.model_types import LocalModel
     from launcher.ui.download_worker import DownloadWorker
     from launcher.ui.model_rows import ModelRow
 
@@ -119,6 +122,9 @@ class ModelsPanel(QWidget):
         self.download: DownloadWorker | None = None
         self._download_key: str | None = None
         self._generation = 0  # newest refresh; older scans finishing late are dropped
+        # A model just downloaded or imported: its row is selected once the rescan shows it, so
+        # Serve runs exactly that file.
+        self._select_path: Path | None = None
 
         outer = QVBoxLayout(self)
         outer.setContentsMargins(20, 16, 20, 16)
@@ -205,6 +211,11 @@ class ModelsPanel(QWidget):
         on_disk = sum(r.downloaded for r in rows)
         self.message.setText(f"{len(rows)} models · {on_disk} on this computer · fit and speed for this machine")
         self._refilter()
+        if self._select_path is not None:
+            wanted, self._select_path = self._select_path, None
+            row = next((r for r in rows if r.local is not None and Path(r.local.model.path) == wanted), None)
+            if row is not None:
+                self.list.select_key(row.key)
         self.rows_changed.emit(rows)
 
     def _show_error(self, text: str) -> None:
@@ -249,8 +260,9 @@ class ModelsPanel(QWidget):
         """Add `path` to the library (background) and select it."""
         from launcher.catalog.library import add_imported
 
-        def done(entry: object) -> None:
-            self.message.setText(f"Imported {getattr(entry, 'name', path)}.")
+        def done(entry: LibraryEntry) -> None:
+            self.message.setText(f"Imported {entry.name}.")
+            self._select_path = Path(entry.model.path)
             self.refresh()
 
         workers.run_in_background(add_imported, path, on_done=done, on_failed=self._show_error)
@@ -317,8 +329,9 @@ class ModelsPanel(QWidget):
         self.actions.bar.setValue(int(event.fraction * 1000))
         self.actions.status.setText(progress_text(event))
 
-    def _download_done(self, model: object) -> None:
-        self.actions.set_idle(f"Downloaded {getattr(model, 'name', '')}. It is ready to serve.")
+    def _download_done(self, model: LocalModel) -> None:
+        self.actions.set_idle(f"Downloaded {model.name}. It is ready to serve.")
+        self._select_path = Path(model.path)
         self.refresh()
 
     def _download_failed(self, text: str) -> None:

@@ -8,6 +8,7 @@ the process's signals; it never blocks.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -23,18 +24,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from launcher.core.config import ServeConfig
+from launcher.core.config import AUTO_ENGINE, ServeConfig
+from launcher.engine_specs import specs as engine_specs
 from launcher.ui import theme
 from launcher.ui.server_process import ServerEndpoint, ServerOutcome, ServerProcess
 from launcher.ui.widgets.card import Card, CopyField, muted
 
-ENGINES = [
-    ("Automatic (advisor)", "auto"),
-    ("llama.cpp", "llamacpp"),
-    ("MLX", "mlx"),
-    ("ExLlamaV3", "exllamav3"),
-    ("ExLlamaV2", "exllamav2"),
-]
+AUTOMATIC = ("Automatic (advisor)", AUTO_ENGINE)
 STATE_TEXT = {
     "stopped": ("Stopped", theme.MUTED),
     "starting": ("Loading the model…", theme.WARN),
@@ -56,12 +52,14 @@ class ServerPanel(Card):
     def __init__(self, server: ServerProcess, parent: QWidget | None = None) -> None:
         super().__init__("Server", parent)
         self.server = server
+        # Fills what the form leaves open with the advisor's decision for the model (set by the window).
+        self.decide: Callable[[ServeConfig], ServeConfig] | None = None
         self._model_spec = ""
         self._model_label = QLabel("Starter model (Gemma 3 270M)")
         self._model_label.setWordWrap(True)
 
         self.engine = QComboBox()
-        for label, value in ENGINES:
+        for label, value in [AUTOMATIC, *((spec.label, spec.name) for spec in engine_specs())]:
             self.engine.addItem(label, value)
         self.context = QSpinBox()
         self.context.setRange(0, 1_048_576)
@@ -188,10 +186,11 @@ class ServerPanel(Card):
 
     # -- actions and process events ----------------------------------------------------------
     def start(self) -> None:
-        """Start the server with the form's config."""
+        """Start the server with the form's config, and the advisor's decision for what it leaves open."""
         if self.allow_network.isChecked() and not self.api_key.text().strip():
             self.api_key.setText(new_api_key())
-        self.server.start(self.config())
+        config = self.config()
+        self.server.start(self.decide(config) if self.decide is not None else config)
 
     def _state_changed(self, state: str) -> None:
         text, colour = STATE_TEXT.get(state, (state, theme.MUTED))

@@ -1,4 +1,4 @@
-"""Loading: the runtime calls and their arguments, cache sizing from the advisor's fit, multi-GPU layout.
+"""Loading: the runtime calls and their arguments, cache sizing from the planned context, multi-GPU layout.
 
 THESE ENGINES ARE VERIFIED ONLY ON AN NVIDIA GPU (scripts/gpu-check). The runtime here is the
 CPU stand-in; machines are recorded ones.
@@ -6,12 +6,11 @@ CPU stand-in; machines are recorded ones.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from launcher.advisor import weights_bytes
+from launcher.advisor import plan_local, weights_bytes
 from launcher.catalog.catalog import find
 from launcher.core.config import ServeConfig
 from launcher.core.errors import EngineUnavailableError, ModelDoesNotFitError, ModelFormatError
@@ -23,32 +22,37 @@ from tests.engines.exllama.conftest import LoadFn, environment, v3_engine
 from tests.engines.exllama.standin import Behaviour, OutOfMemoryError, Runtime
 
 
-def _qwen3_8b_exl3(exl3_dir: Path) -> object:
-    """The tiny folder's files with qwen3-8b's architecture and 4.0 bpw weights (as the catalog has them)."""
-    arch = find("qwen3-8b").architecture
+def test_the_cache_holds_the_planned_context_for_every_job(exl3_dir: Path) -> None:
+    # The server's plan decides the context (below); the engine sizes its paged cache from it.
     files = read_model_files(exl3_dir, "exl3")
-    return replace(files, architecture=arch, weights_bytes=weights_bytes(arch, 4.0), train_context=arch.max_context)
-
-
-def test_cache_size_comes_from_the_advisors_fit(exl3_dir: Path) -> None:
-    files = _qwen3_8b_exl3(exl3_dir)
     machine = load_recorded("rtx4090-desktop")
-    one = plan_cache(machine, files, ServeConfig(parallel=1), "exllamav3", tensor_parallel_capable=True)  # type: ignore[arg-type]
-    four = plan_cache(machine, files, ServeConfig(parallel=4), "exllamav3", tensor_parallel_capable=True)  # type: ignore[arg-type]
-    assert (one.context, one.cache_tokens) == (32768, 32768)
-    assert (four.context, four.cache_tokens) == (16384, 65536)  # 4 x 32k would not fit next to 4 GiB of weights
-    assert four.fit is not None and four.fit.verdict == "full_gpu"
-    assert not one.tensor_parallel and one.gpu_count == 1
+    four = plan_cache(machine, files, ServeConfig(context=16384, parallel=4), tensor_parallel_capable=True)
+    assert (four.context, four.cache_tokens) == (16384, 65536)
+    assert not four.tensor_parallel and four.gpu_count == 1
+    odd = plan_cache(machine, files, ServeConfig(context=1000, parallel=3), tensor_parallel_capable=True)
+    assert odd.cache_tokens == 3072  # 3,000 tokens rounded up to whole 256-token pages
 
 
-def test_an_asked_context_that_does_not_fit_stops_with_the_breakdown(exl3_dir: Path) -> None:
-    files = _qwen3_8b_exl3(exl3_dir)
-    config = ServeConfig(context=40960, parallel=16)
-    with pytest.raises(ModelDoesNotFitError) as caught:
-        plan_cache(load_recorded("rtx4090-desktop"), files, config, "exllamav3", tensor_parallel_capable=True)  # type: ignore[arg-type]
-    message = str(caught.value)
-    assert "40960-token context x 16 parallel" in message and "cannot offload" in message
-    assert "GPU 0: NVIDIA GeForce RTX 4090" in message and "Lower --context or --parallel" in message
+def test_the_plan_for_exl3_fits_the_context_in_vram() -> None:
+    # qwen3-8b at 4.0 bpw on a 24 GB card: one job gets 32k; four jobs x 32k would not fit next to
+    # the weights, and ExLlama cannot offload, so the plan lowers the context instead.
+    arch = find("qwen3-8b").architecture
+    machine = load_recorded("rtx4090-desktop")
+    weights = weights_bytes(arch, 4.0)
+    one = plan_local(machine, "exl3", arch, weights, parallel=1, engine="exllamav3")
+    four = plan_local(machine, "exl3", arch, weights, parallel=4, engine="exllamav3")
+    assert (one.context, four.context) == (32768, 16384)
+    assert four.fit.verdict == "full_gpu" and four.gpu_layers == -1
+
+
+def test_an_asked_context_that_does_not_fit_is_refused_with_the_breakdown() -> None:
+    arch = find("qwen3-8b").architecture
+    plan = plan_local(
+        load_recorded("rtx4090-desktop"), "exl3", arch, weights_bytes(arch, 4.0),
+        context=40960, parallel=16, engine="exllamav3",
+    )  # fmt: skip
+    assert not plan.fit.fits and plan.fit.verdict == "wont_fit"
+    assert "NVIDIA GeForce RTX 4090" in plan.fit.breakdown()
 
 
 def test_exl3_loads_tensor_parallel_on_two_gpus(load: LoadFn, runtime: Runtime) -> None:
