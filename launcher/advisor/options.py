@@ -102,6 +102,12 @@ def kv_lever_applies(engine: str) -> bool:
     return engine != HANDOFF and get_spec(engine).quantized_kv
 
 
+def splits_over_gpus(engine: str, machine: Machine) -> bool:
+    """Whether the engine runs one model tensor-parallel over this machine's NVIDIA GPUs."""
+    splits = engine == HANDOFF or get_spec(engine).tensor_parallel
+    return splits and len(machine.nvidia_gpus) > 1
+
+
 def can_offload(engine: str) -> bool:
     """Whether the engine can keep some layers in CPU RAM when the GPU is too small (llama.cpp)."""
     return engine != HANDOFF and get_spec(engine).can_offload
@@ -152,8 +158,7 @@ def build_option(
         allow_offload=can_offload(engine),
         sliding=sliding_cache(engine),
     )
-    splits = engine == HANDOFF or get_spec(engine).tensor_parallel
-    tensor_parallel = splits and len(machine.nvidia_gpus) > 1
+    tensor_parallel = splits_over_gpus(engine, machine)
     runs = resolve_calibration(machine, calibration)
     applicable = runs.for_model(engine, model.architecture.params_active_b) if runs is not None else None
     speed = estimate_speed(

@@ -18,14 +18,13 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from launcher.advisor.calibration import MachineCalibration
 from launcher.advisor.calibration_store import CalibrationChoice, resolve_calibration
-from launcher.advisor.fit import VERDICT_LABELS, VERDICT_RANK, KvType
+from launcher.advisor.fit import VERDICT_LABELS, VERDICT_RANK
+from launcher.advisor.fit_advice import advice, full_gpu_hint, variant
 from launcher.advisor.options import (
     HANDOFF,
     KV_LEVER,
     Option,
-    build_option,
     candidate_options,
     engine_label,
     is_datacenter,
@@ -139,33 +138,6 @@ def _lever_reason(chosen: Option, f16_pick: Option | None, gguf: list[Option]) -
     return f"{chosen.quant} {where} with {cost}. With an f16 KV cache {without}."
 
 
-def _variant(
-    machine: Machine,
-    model: CatalogModel,
-    option: Option,
-    users: int,
-    status: EngineStatus | None,
-    calibration: MachineCalibration | None,
-    *,
-    quant: str | None = None,
-    context: int | None = None,
-    kv_type: KvType = "f16",
-) -> Option:
-    """`option` again (same engine and format) with another quant, context or KV cache type."""
-    return build_option(
-        machine,
-        model,
-        option.engine,
-        option.format,
-        quant or option.quant,
-        context=context or option.fit.context,
-        parallel=users,
-        kv_type=kv_type,
-        status=status,
-        calibration=calibration,
-    )
-
-
 def _pick(machine: Machine, options: list[Option], team: bool, lever: list[Option]) -> tuple[Option | None, list[str]]:
     by_engine: dict[str, list[Option]] = defaultdict(list)
     for option in options:
@@ -228,62 +200,6 @@ def _pick(machine: Machine, options: list[Option], team: bool, lever: list[Optio
     return pick, reasons
 
 
-def _advice(
-    machine: Machine,
-    model: CatalogModel,
-    option: Option,
-    context: int,
-    users: int,
-    status: EngineStatus | None,
-    calibration: MachineCalibration | None,
-) -> tuple[str, ...]:
-    """What to change to make a non-fitting option fit."""
-    fit = option.fit
-    free = sum(d.free for d in fit.devices)
-    lines = [f"needs {format_bytes(fit.needed_bytes)}, {format_bytes(free)} free"]
-    fmt = option.format
-    quants = model.quants(fmt) if fmt in ("gguf", "mlx", "exl3", "exl2") else []  # type: ignore[arg-type]
-    smaller = [q for q in quants if q != option.quant]
-    for quant in smaller:
-        alt = _variant(machine, model, option, users, status, calibration, quant=quant, context=context)
-        if alt.fit.fits and alt.bits_per_weight < option.bits_per_weight:
-            lines.append(f"use {quant}")
-            break
-    for smaller_context in (c for c in SERVE_CONTEXTS if c < context):
-        alt = _variant(machine, model, option, users, status, calibration, context=smaller_context)
-        if alt.fit.fits:
-            lines.append(f"or context {smaller_context // 1024}k")
-            break
-    if kv_lever_applies(option.engine) and option.kv_type != KV_LEVER:
-        alt = _variant(machine, model, option, users, status, calibration, kv_type=KV_LEVER)
-        if alt.fit.fits:
-            lines.append(f"or {kv_lever_cost(fit.kv_bytes, alt.fit.kv_bytes, context)}")
-    if len(lines) == 1:
-        lines.append("no quant or context in the catalog fits this machine; pick a smaller model")
-    return (lines[0] + ": " + ", ".join(lines[1:]),)
-
-
-def _full_gpu_hint(
-    machine: Machine,
-    model: CatalogModel,
-    chosen: Option,
-    context: int,
-    users: int,
-    status: EngineStatus | None,
-    calibration: MachineCalibration | None,
-) -> list[str]:
-    """When a partial offload would become a full GPU load at a smaller context, say so with the speed-up."""
-    for smaller in (c for c in SERVE_CONTEXTS if c < context):
-        alt = _variant(machine, model, chosen, users, status, calibration, context=smaller)
-        if alt.fit.verdict in ("full_gpu", "unified"):
-            speedup = alt.speed.decode_high / max(chosen.speed.decode_high, 1e-9)
-            return [
-                f"At {smaller // 1024}k context the whole model fits on the GPU and decodes about {speedup:.0f}x "
-                f"faster (--context {smaller})."
-            ]
-    return []
-
-
 def recommend(
     machine: Machine,
     model: CatalogModel,
@@ -320,7 +236,7 @@ def recommend(
         if not options:
             raise CatalogError(f"{model.name} has no weights in a format this machine can run.")
         lever = [
-            _variant(machine, model, o, users, status, runs, kv_type=KV_LEVER)
+            variant(machine, model, o, users, status, runs, kv_type=KV_LEVER)
             for o in options
             if kv_lever_applies(o.engine)
         ]
@@ -336,7 +252,7 @@ def recommend(
         used_context = contexts[0]
         base = min(options, key=lambda o: o.fit.needed_bytes)
         chosen = replace(
-            base, fit=replace(base.fit, advice=_advice(machine, model, base, used_context, users, status, runs))
+            base, fit=replace(base.fit, advice=advice(machine, model, base, used_context, users, status, runs))
         )
         reasons = [f"Will not fit: {chosen.fit.advice[0]}."]
     else:
@@ -352,7 +268,7 @@ def recommend(
                 f"{model.architecture.params_active_b:g}B are read per token, so it decodes like a small model."
             )
         if chosen.fit.verdict == "partial":
-            reasons.extend(_full_gpu_hint(machine, model, chosen, used_context, users, status, runs))
+            reasons.extend(full_gpu_hint(machine, model, chosen, used_context, users, status, runs))
         if chosen.unavailable_reason:
             reasons.append(f"{engine_label(chosen.engine)} is not usable here yet: {chosen.unavailable_reason}.")
     others = sorted(

@@ -28,6 +28,7 @@ from launcher.advisor.calibration import (
 )
 from launcher.advisor.calibration_store import CalibrationChoice, calibration_file, record_run, resolve_calibration
 from launcher.advisor.fit import KV_BYTES_PER_ELEMENT, FitResult, KvType
+from launcher.advisor.options import splits_over_gpus
 from launcher.advisor.plan import plan_local
 from launcher.advisor.speed import SpeedEstimate, estimate_speed
 from launcher.bench.calibrate_measure import CalibrationWorkload, Measurement, measure
@@ -182,7 +183,7 @@ def predict_served(machine: Machine, served: ServedModel, calibration: Calibrati
     )
     fit = _at_served_layers(plan.fit, machine, served.gpu_layers)
     bits = weights * 8 / (arch.params_total_b * 1e9)
-    tensor_parallel = served.engine in ("exllamav3", "vllm") and len(machine.nvidia_gpus) > 1  # as build_option
+    tensor_parallel = splits_over_gpus(served.engine, machine)
     applicable = runs.for_model(served.engine, arch.params_active_b) if runs is not None else None
     speed = estimate_speed(machine, arch, bits, fit, tensor_parallel=tensor_parallel, calibration=applicable)
     return Prediction(machine, arch, bits, fit, speed, tensor_parallel)
