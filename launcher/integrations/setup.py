@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from launcher.integrations.documents import ConfigFormat, render_document
+
 Shell = Literal["bash", "fish", "powershell"]
 SHELLS: tuple[Shell, ...] = ("bash", "fish", "powershell")
-ConfigFormat = Literal["json", "toml", "yaml"]
 WireApi = Literal["anthropic", "openai-chat", "openai-responses"]
 
 
@@ -45,8 +46,6 @@ class ConfigEdit:
 
     def fragment_text(self) -> str:
         """The fragment rendered in the file's own format, for a copy button."""
-        from launcher.integrations.writer import render_document
-
         return render_document({**self.defaults, **self.fragment}, self.format)
 
 

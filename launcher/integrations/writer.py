@@ -17,18 +17,17 @@ from __future__ import annotations
 
 import copy
 import difflib
-import json
 import os
 import shutil
 import tempfile
-import tomllib
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from launcher.core.errors import ConfigError
-from launcher.integrations.setup import ConfigEdit, ConfigFormat
+from launcher.integrations.documents import parse_document, render_document
+from launcher.integrations.setup import ConfigEdit
 
 
 @dataclass(frozen=True)
@@ -68,44 +67,6 @@ class EditResult:
         if self.backup:
             return f"wrote {self.path} (previous version saved as {self.backup.name})"
         return f"created {self.path}"
-
-
-def parse_document(text: str, fmt: ConfigFormat, path: Path) -> dict[str, Any]:
-    """Parse a config file's text; ConfigError (naming the file) when it is not valid."""
-    if not text.strip():
-        return {}
-    try:
-        if fmt == "json":
-            data: Any = json.loads(text)
-        elif fmt == "toml":
-            data = tomllib.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
-    except Exception as err:  # each parser raises its own error type; all mean the same to the user
-        raise ConfigError(
-            f"{path} is not valid {fmt.upper()} ({err}); fix or move it, then try again. Nothing was changed."
-        ) from err
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} does not hold a {fmt.upper()} object at the top level; nothing was changed.")
-    return data
-
-
-def render_document(data: dict[str, Any], fmt: ConfigFormat) -> str:
-    """Serialize a document in the agent's format."""
-    if fmt == "json":
-        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-    if fmt == "toml":
-        import tomli_w
-
-        return tomli_w.dumps(data)
-    import yaml
-
-    text: str = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
-    return text
 
 
 def merge_document(existing: dict[str, Any], edit: ConfigEdit) -> dict[str, Any]:
