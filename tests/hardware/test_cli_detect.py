@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -32,6 +33,9 @@ def test_json_for_this_machine_has_the_machine_and_every_engine() -> None:
     assert set(data["engines"]) == set(engine_specs.names())
     for answer in data["engines"].values():
         assert isinstance(answer["usable"], bool) and answer["reason"]
+    llamacpp = data["engines"]["llamacpp"]  # installed in every test environment
+    assert llamacpp["usable"] and llamacpp["version"] == importlib.metadata.version("llama-cpp-python")
+    assert llamacpp["version"] in llamacpp["reason"]
     assert "Traceback" not in done.stderr
 
 

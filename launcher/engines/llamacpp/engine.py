@@ -52,7 +52,7 @@ class LlamaCppEngine:
             llama_cpp = _native.llama()
         except EngineError as err:
             return Availability(usable=False, reason=str(err))
-        version = str(getattr(llama_cpp, "__version__", "unknown"))
+        version = _version()
         gpu = bool(llama_cpp.llama_supports_gpu_offload())
         info = _native.system_info(llama_cpp)
         backend = _backend_name(info) if gpu else "cpu"
@@ -74,6 +74,11 @@ class LlamaCppEngine:
         except BaseException:
             llama_cpp.llama_model_free(model_pointer)
             raise
+
+
+def _version() -> str:
+    """llama-cpp-python's version, from its metadata (the bindings module the engine loads has none)."""
+    return SPEC.installed_version() or "unknown"
 
 
 def _kv_type(config: ServeConfig) -> str:
@@ -103,7 +108,7 @@ def _load_model(llama_cpp: ModuleType, path: Path, header: GgufHeader, config: S
         return pointer
     lines = _native.log_tail()
     detail = " | ".join(lines[-3:]) or "no details from llama.cpp"
-    version = getattr(llama_cpp, "__version__", "?")
+    version = _version()
     if any("unknown model architecture" in line for line in lines):
         raise ModelFormatError(
             f"{path.name}: llama.cpp (llama-cpp-python {version}) does not support the architecture "
@@ -210,7 +215,7 @@ def _model_info(
     return ModelInfo(
         id=model.name,
         engine="llamacpp",
-        engine_version=str(getattr(llama_cpp, "__version__", "unknown")),
+        engine_version=_version(),
         path=str(path),
         format="gguf",
         architecture=architecture,
