@@ -1,54 +1,20 @@
-"""Scheduler plumbing the engines share: the bounded wait queue and event delivery to the loop.
+"""Pieces of the engines' scheduling that need no thread: the prompt check, the running totals
+stats() reads, the Retry-After of a full queue, and event delivery to the loop.
 
-Each engine's scheduler thread owns its model and its own step logic (batching, sampling,
-prefix reuse); these helpers cover only what is the same everywhere: refusing a request with
-QueueFullError (and a retry-after estimate) when too many already wait, the numbers stats()
-reads, and handing a step's events to each request's asyncio loop in one wake-up per loop.
+`_scheduler_base.SchedulerThread` builds the scheduler thread every engine runs from these; the
+prompt check runs before that, on the event loop, so a bad request never reaches a queue.
 This module is runtime-neutral: it must not import any engine runtime.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from collections import deque
 from dataclasses import dataclass
-from typing import TypeVar
 
 from launcher.engines._streaming import StreamJob
-from launcher.engines.base import EngineStats, GenerationEvent, GenerationRequest, QueueFullError
-
-JobT = TypeVar("JobT", bound=StreamJob)
-
-
-@dataclass(frozen=True)
-class SchedulerCounters:
-    """A consistent-enough snapshot for stats (plain ints read without a lock)."""
-
-    running: int
-    waiting: int
-    kv_used_tokens: int
-    prefix_hits: int
-    prefix_misses: int
-    prefix_hit_tokens: int
-    prefill_tokens: int
-    decode_tokens: int
-
-    def engine_stats(self, *, kv_total_tokens: int, memory: dict[str, int], kv_cap: int | None = None) -> EngineStats:
-        """These counters as the EngineStats /metrics reads (`kv_cap` bounds an estimated used count)."""
-        used = self.kv_used_tokens if kv_cap is None else min(self.kv_used_tokens, kv_cap)
-        return EngineStats(
-            requests_running=self.running,
-            requests_waiting=self.waiting,
-            kv_cache_used_tokens=used,
-            kv_cache_total_tokens=kv_total_tokens,
-            prefix_cache_hits=self.prefix_hits,
-            prefix_cache_misses=self.prefix_misses,
-            prefix_cache_hit_tokens=self.prefix_hit_tokens,
-            memory=memory,
-            prefill_tokens_total=self.prefill_tokens,
-            decode_tokens_total=self.decode_tokens,
-        )
+from launcher.engines.base import GenerationEvent, GenerationRequest, QueueFullError
 
 
 @dataclass
@@ -69,25 +35,26 @@ class Tally:
         else:
             self.prefix_misses += 1
 
-    def snapshot(self, *, running: int, waiting: int, kv_used_tokens: int) -> SchedulerCounters:
-        """These totals plus the scheduler's current occupancy, for stats()."""
-        return SchedulerCounters(
-            running=running,
-            waiting=waiting,
-            kv_used_tokens=kv_used_tokens,
-            prefix_hits=self.prefix_hits,
-            prefix_misses=self.prefix_misses,
-            prefix_hit_tokens=self.prefix_hit_tokens,
-            prefill_tokens=self.prefill_tokens,
-            decode_tokens=self.decode_tokens,
-        )
+
+@dataclass(frozen=True)
+class PromptCheck:
+    """A request as the engine will run it, or why it cannot."""
+
+    request: GenerationRequest  # max_tokens bounded by the room the context leaves after the prompt
+    problem: str | None  # the client's mistake, in words that say what to change; None: it can run
 
 
-def prompt_problem(request: GenerationRequest, *, vocab_size: int, context: int) -> str | None:
-    """Why the engine cannot run `request` as asked (the client's mistake), or None.
+def check_prompt(request: GenerationRequest, *, vocab_size: int, context: int) -> PromptCheck:
+    """The one check every engine makes before queueing, so a bad request fails at once, the same way
+    everywhere, and no sequence outgrows its share of the context (`context` tokens per request)."""
+    problem = _prompt_problem(request, vocab_size=vocab_size, context=context)
+    room = context - len(request.prompt_tokens)
+    if problem is None and request.max_tokens > room:
+        request = dataclasses.replace(request, max_tokens=room)
+    return PromptCheck(request=request, problem=problem)
 
-    Every engine checks this before queueing, so a bad request fails at once, the same way everywhere.
-    """
+
+def _prompt_problem(request: GenerationRequest, *, vocab_size: int, context: int) -> str | None:
     prompt = request.prompt_tokens
     if not prompt:
         return "the prompt is empty"
@@ -137,23 +104,6 @@ class RequestPace:
         `average_s / slots` seconds; waiting for the whole queue to drain would overstate it.
         """
         return QueueFullError(retry_after_s=min(MAX_RETRY_AFTER_S, max(1.0, round(self.average_s / slots, 1))))
-
-
-def append_bounded(
-    waiting: deque[JobT], job: JobT, *, free: int, slots: int, max_queue: int, pace: RequestPace
-) -> None:
-    """Queue `job` (FIFO) unless `max_queue` jobs already wait for one of `slots` (`free` of them idle).
-
-    Cancelled jobs still in the queue do not count: they are pruned before refusing. Raises
-    QueueFullError with a retry-after from `pace`. Call with the scheduler's lock held.
-    """
-    if len(waiting) - free >= max_queue:
-        open_jobs = [j for j in waiting if not j.cancelled]
-        waiting.clear()
-        waiting.extend(open_jobs)
-        if len(waiting) - free >= max_queue:
-            raise pace.queue_full(slots)
-    waiting.append(job)
 
 
 class EventOutbox:

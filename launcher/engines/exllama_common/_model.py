@@ -13,8 +13,7 @@ from collections.abc import AsyncIterator
 from functools import lru_cache
 
 from launcher.core.errors import EngineError
-from launcher.engines._jobs import UNLOADED, prompt_problem, refusal
-from launcher.engines._streaming import EventStream
+from launcher.engines._jobs import check_prompt
 from launcher.engines.base import EngineStats, GenerationEvent, GenerationRequest, ModelInfo
 from launcher.engines.exllama_common._backend import Backend, JobSpec
 from launcher.engines.exllama_common._constraints import ConstraintError, grammar_for
@@ -42,7 +41,7 @@ class ExLlamaModel:
         self._eos = info.eos_token_ids
         self._piece = lru_cache(maxsize=65536)(lambda token: backend.decode([token]))
         self._scheduler = Scheduler(backend, parallel=plan.parallel, max_queue=max_queue, piece=self._piece)
-        self._scheduler.start()
+        self._scheduler.start_thread()
 
     # ----- vocabulary ------------------------------------------------------------------------
 
@@ -62,9 +61,8 @@ class ExLlamaModel:
         Requests that cannot run (empty or too-long prompt, bad constraint) get one event with
         finish_reason "error" and a message saying what to change.
         """
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[GenerationEvent] = asyncio.Queue()
-        problem = prompt_problem(request, vocab_size=self.info.vocab_size, context=self.info.context_length)
+        checked = check_prompt(request, vocab_size=self.info.vocab_size, context=self.info.context_length)
+        problem = checked.problem
         grammar = None
         if problem is None and request.constraint is not None:
             try:
@@ -73,21 +71,16 @@ class ExLlamaModel:
                 problem = str(err)
         spec = JobSpec(
             prompt=list(request.prompt_tokens),
-            # The cache holds `context` tokens per job: never let a job outgrow its share.
-            max_new_tokens=max(1, min(request.max_tokens, self.info.context_length - len(request.prompt_tokens))),
+            max_new_tokens=checked.request.max_tokens,
             stop_tokens=() if request.ignore_eos else self._eos,
             sampling=request.sampling,
             grammar=grammar,
             top_logprobs=request.logprobs,
             identifier=None,
         )
-        job = Job(request=request, spec=spec, loop=loop, queue=queue)
-        if self._closed or problem is not None:
-            queue.put_nowait(UNLOADED if self._closed else refusal(request, problem or ""))
-            return EventStream(job, None)
+        job = Job(request=checked.request, spec=spec, loop=asyncio.get_running_loop(), queue=asyncio.Queue())
         job.spec = dataclasses.replace(spec, identifier=job)
-        self._scheduler.submit(job)
-        return EventStream(job, self._scheduler)
+        return self._scheduler.stream(job, problem, closed=self._closed)
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         """ExLlama models are text generators: always raises EngineError."""
@@ -100,8 +93,7 @@ class ExLlamaModel:
 
     def stats(self) -> EngineStats:
         """Live numbers for /metrics (cheap; called from the event loop)."""
-        counters = self._scheduler.counters()
-        return counters.engine_stats(
+        return self._scheduler.engine_stats(
             kv_total_tokens=self._plan.cache_tokens, memory=self._backend.memory(), kv_cap=self._plan.cache_tokens
         )
 

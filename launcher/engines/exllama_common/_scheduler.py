@@ -7,7 +7,8 @@ only touches thread-safe state: `submit` appends to an inbox under a lock, a clo
 `loop.call_soon_threadsafe`, one wake-up per loop per step.
 
 Batching is the generator's own: it runs up to `max_batch_size` jobs and keeps the rest pending;
-the launcher bounds how many may wait (`max_queue`) and answers QueueFullError beyond that.
+the launcher bounds how many may wait (`max_queue`) and answers QueueFullError beyond that. The
+thread, the wait queue and cancellation are `_scheduler_base`'s; this module drives the generator.
 """
 
 from __future__ import annotations
@@ -15,13 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.engines._jobs import EventOutbox, RequestPace, SchedulerCounters, Tally
+from launcher.engines._scheduler_base import UNLOADED_WHILE_OPEN, Occupancy, SchedulerThread
 from launcher.engines.base import FinishReason, GenerationEvent, GenerationRequest, TokenLogprob
 from launcher.engines.exllama_common._backend import Backend, JobSpec
 
@@ -58,153 +58,75 @@ def flat_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
-class Scheduler:
-    """The generator's owner thread; `submit`, `wake`, `counters` and `stop` are called from other threads."""
+class Scheduler(SchedulerThread[Job]):
+    """The generator's owner thread; `submit`, `wake`, `engine_stats` and `stop` are called from other threads."""
 
     def __init__(self, backend: Backend, *, parallel: int, max_queue: int, piece: Callable[[int], str]) -> None:
+        super().__init__(
+            label="ExLlama", thread_name="exllama-scheduler", log=log, parallel=parallel, max_queue=max_queue
+        )
         self._backend = backend
-        self._parallel = parallel
-        self._max_queue = max_queue
         self._piece = piece
-        self._cv = threading.Condition()
-        self._inbox: list[Job] = []
         self._live: list[Job] = []  # enqueued in the generator, in submission order
-        self._stopping = False
-        self._events = EventOutbox()
-        self._tally = Tally()
-        self._pace = RequestPace()
-        self._thread = threading.Thread(target=self._run, name="exllama-scheduler", daemon=True)
 
-    # ----- called from other threads -----------------------------------------------------------
+    # ----- the scheduler base's hooks ------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start the scheduler thread."""
-        self._thread.start()
+    def _running_jobs(self) -> list[Job]:
+        return list(self._live)
 
-    def submit(self, job: Job) -> None:
-        """Hand a job to the generator; raise QueueFullError when `max_queue` requests already wait."""
-        with self._cv:
-            if self._stopping:
-                raise RuntimeError("the model is closed")
-            if self._waiting_with_one_more() > self._max_queue:
-                self._inbox = [j for j in self._inbox if not j.cancelled]
-                if self._waiting_with_one_more() > self._max_queue:
-                    raise self._pace.queue_full(self._parallel)
-            self._inbox.append(job)
-            self._cv.notify()
+    def _occupied(self) -> int:
+        # a job whose stream closed leaves the generator at the next step: its place is as good as free
+        return sum(1 for job in self._live if not job.cancelled)
 
-    def _waiting_with_one_more(self) -> int:
-        open_jobs = sum(1 for j in self._live if not j.cancelled) + len(self._inbox) + 1
-        return max(0, open_jobs - self._parallel)
+    def _admission_room(self) -> int:
+        return len(self._waiting)  # the generator keeps jobs beyond its batch pending itself
 
-    def wake(self) -> None:
-        """Make the thread look at cancellations now."""
-        with self._cv:
-            self._cv.notify()
-
-    def counters(self) -> SchedulerCounters:
-        """Live numbers for stats()."""
+    def _occupancy(self) -> Occupancy:
         live = list(self._live)
         running = [j for j in live if j.started]
-        return self._tally.snapshot(
+        return Occupancy(
             running=len(running),
-            waiting=len(live) - len(running) + sum(1 for job in list(self._inbox) if not job.cancelled),
+            pending=len(live) - len(running),
             kv_used_tokens=sum(j.prefilled + j.generated for j in running),
         )
 
-    def stop(self) -> None:
-        """Stop the thread; open requests end as cancelled."""
-        with self._cv:
-            self._stopping = True
-            self._cv.notify()
-        if self._thread.is_alive():
-            self._thread.join()
-
-    # ----- the scheduler thread ----------------------------------------------------------------
-
-    def _run(self) -> None:
+    def _start(self, job: Job) -> None:
         try:
-            while True:
-                with self._cv:
-                    while not (self._stopping or self._inbox or self._live):
-                        self._cv.wait()
-                    if self._stopping:
-                        break
-                    arrivals, self._inbox = self._inbox, []
-                try:
-                    self._step(arrivals)
-                finally:
-                    self._events.flush()
-        except Exception:
-            log.exception("ExLlama scheduler crashed")
-        finally:
-            self._shutdown()
-
-    def _step(self, arrivals: list[Job]) -> None:
-        for job in arrivals:
-            self._enqueue(job)
-        for job in [j for j in self._live if j.cancelled]:
-            self._drop(job, "cancelled")
-        if not self._live:
+            job.native = self._backend.make_job(job.spec)
+            self._backend.enqueue(job.native)
+        except Exception as err:  # a grammar the tokenizer cannot follow, a job the cache cannot hold
+            self._events.emit(
+                job, self._final_event(job, "error", completion_tokens=0, error=str(err) or type(err).__name__)
+            )
             return
+        self._live.append(job)
+
+    def _advance(self) -> None:
         try:
             results = self._backend.iterate()
         except Exception as err:  # a CUDA error or OOM ends the jobs in flight, not the server
             log.exception("generator.iterate failed")
-            for job in list(self._live):
-                self._drop(job, "error", f"the generator failed: {err}")
+            self._end_jobs(list(self._live), "error", f"the generator failed: {err}")
             return
         for result in results:
             owner = result.get("identifier")
             if isinstance(owner, Job) and owner in self._live:
                 self._route(owner, result)
 
-    def _enqueue(self, job: Job) -> None:
-        if job.cancelled:
-            return
-        try:
-            job.native = self._backend.make_job(job.spec)
-            self._backend.enqueue(job.native)
-        except Exception as err:  # a grammar the tokenizer cannot follow, a job the cache cannot hold
-            self._events.emit(
-                job,
-                GenerationEvent(
-                    finish_reason="error", error=str(err) or type(err).__name__, prompt_tokens=len(job.spec.prompt)
-                ),
-            )
-            return
-        self._live.append(job)
+    def _end_jobs(self, jobs: list[Job], reason: FinishReason, error: str | None = None) -> None:
+        """End jobs early: free their pages in the generator and tell the listeners (if any)."""
+        for job in jobs:
+            try:
+                self._backend.cancel(job.native)
+            except Exception:
+                log.exception("generator.cancel failed")
+            self._live.remove(job)
+            self._events.emit(job, self._final_event(job, reason, completion_tokens=job.generated, error=error))
 
-    def _drop(self, job: Job, reason: FinishReason, error: str | None = None) -> None:
-        """End a job early: free its pages in the generator and tell the listener (if any)."""
-        try:
-            self._backend.cancel(job.native)
-        except Exception:
-            log.exception("generator.cancel failed")
-        self._live.remove(job)
-        self._events.emit(job, self._final(job, reason, error=error))
+    def _unloaded_event(self, job: Job) -> GenerationEvent:
+        return self._final_event(job, "cancelled", completion_tokens=job.generated, error=UNLOADED_WHILE_OPEN)
 
-    def _final(
-        self,
-        job: Job,
-        reason: FinishReason,
-        *,
-        cached: int = 0,
-        error: str | None = None,
-        tokens: tuple[int, ...] = (),
-        text: str = "",
-        logprobs: tuple[TokenLogprob, ...] = (),
-    ) -> GenerationEvent:
-        return GenerationEvent(
-            token_ids=tokens,
-            text=text,
-            logprobs=logprobs,
-            finish_reason=reason,
-            prompt_tokens=len(job.spec.prompt),
-            cached_prompt_tokens=cached,
-            completion_tokens=job.generated,
-            error=error,
-        )
+    # ----- the scheduler thread ----------------------------------------------------------------
 
     def _route(self, job: Job, result: dict[str, Any]) -> None:
         stage = result.get("stage")
@@ -236,7 +158,16 @@ class Scheduler:
         self._tally.prefix_lookup(cached)
         self._live.remove(job)
         self._pace.finished(job.submitted_at)
-        self._events.emit(job, self._final(job, reason, cached=cached, tokens=tokens, text=text, logprobs=logprobs))
+        final = self._final_event(
+            job,
+            reason,
+            completion_tokens=job.generated,
+            cached_prompt_tokens=cached,
+            token_ids=tokens,
+            text=text,
+            logprobs=logprobs,
+        )
+        self._events.emit(job, final)
 
     def _logprobs(self, job: Job, tokens: tuple[int, ...], result: dict[str, Any]) -> tuple[TokenLogprob, ...]:
         probs = flat_list(result.get("token_probs"))
@@ -253,16 +184,6 @@ class Scheduler:
                 top = tuple((self._piece(int(t)), _log(float(p))) for t, p in zip(row_tokens, row_probs, strict=False))
             out.append(TokenLogprob(token_id=token, text=self._piece(token), logprob=_log(prob), top=top))
         return tuple(out)
-
-    def _shutdown(self) -> None:
-        with self._cv:
-            self._stopping = True
-            waiting, self._inbox = self._inbox, []
-        for job in list(self._live):
-            self._drop(job, "cancelled", "the model was unloaded")
-        for job in waiting:
-            self._events.emit(job, self._final(job, "cancelled", error="the model was unloaded"))
-        self._events.flush()
 
 
 def _log(probability: float) -> float:

@@ -17,6 +17,9 @@ which shares cells in the unified KV cache instead of copying data). In a slidin
 the SWA layers keep only the window, so a prefix is reusable only while they still hold the
 positions before its end; when they do not, the nearest checkpoint (`_sliding_window`) is restored
 and the rest read. Prompt chunks stop at a request's checkpoint positions so it can save them.
+
+The thread, the wait queue, admission and cancellation are `_scheduler_base`'s; this module is the
+step (`_advance`), the choice of a slot for an admitted request (`_start`) and freeing it (`_finish`).
 """
 
 from __future__ import annotations
@@ -24,9 +27,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import logging
-import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -35,7 +36,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from launcher.engines._jobs import EventOutbox, RequestPace, SchedulerCounters, Tally, append_bounded, refusal
+from launcher.engines._jobs import refusal
+from launcher.engines._scheduler_base import Occupancy, SchedulerThread
 from launcher.engines.base import FinishReason, GenerationEvent, GenerationRequest, TokenLogprob
 from launcher.engines.llamacpp._batch import TokenBatch
 from launcher.engines.llamacpp._pacing import StepClock, burst_wait, prompt_takes
@@ -81,7 +83,7 @@ class _Slot:
     decoder: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
 
 
-class Scheduler:
+class Scheduler(SchedulerThread[Job]):
     """Owns the llama context on its own thread; `submit` is called from the server's event loop."""
 
     def __init__(
@@ -102,13 +104,14 @@ class Scheduler:
         swa_window: int = 0,
         checkpoints: CheckpointStore | None = None,
     ) -> None:
+        super().__init__(
+            label="llama.cpp", thread_name="llamacpp-scheduler", log=log, parallel=parallel, max_queue=max_queue
+        )
         self._ll = llama_cpp
         self._ctx = context_pointer
         self._mem = llama_cpp.llama_get_memory(context_pointer)
         self._vocab = vocab
         self._n_vocab = n_vocab
-        self._context = context
-        self._max_queue = max_queue
         self._prefix_budget = prefix_cache_tokens
         self._stall_s = prefill_stall_s
         self._clock = StepClock()
@@ -120,90 +123,28 @@ class Scheduler:
         self._batch = TokenBatch(llama_cpp, n_batch, parallel, context)
         self._slots = [_Slot(seq_id=i, cache=np.zeros(context, dtype=np.int32)) for i in range(parallel)]
         self._running: list[_Slot] = []  # admission order = prefill priority (FIFO)
-        self._waiting: deque[Job] = deque()
-        self._tasks: deque[Callable[[], None]] = deque()
-        self._cv = threading.Condition()
-        self._stopping = False
         self._tick = 0
-        self._tally = Tally()
-        self._pace = RequestPace()
-        self._events = EventOutbox()
-        self._thread = threading.Thread(target=self._run, name="llamacpp-scheduler", daemon=True)
 
-    # ----- called from other threads -----------------------------------------------------------
+    # ----- the scheduler base's hooks ------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start the scheduler thread."""
-        self._thread.start()
+    def _running_jobs(self) -> list[Job]:
+        # read from other threads too: each slot's job is read once, as the scheduler may clear it
+        return [job for slot in self._slots if (job := slot.job) is not None]
 
-    def submit(self, job: Job) -> None:
-        """Queue a job (FIFO); raise QueueFullError when `max_queue` requests already wait for a slot."""
-        with self._cv:
-            if self._stopping:
-                raise RuntimeError("the model is closed")
-            free = sum(1 for slot in self._slots if slot.job is None)
-            append_bounded(
-                self._waiting, job, free=free, slots=len(self._slots), max_queue=self._max_queue, pace=self._pace
-            )
-            self._cv.notify()
+    def _occupancy(self) -> Occupancy:
+        held = [slot for slot in self._slots if slot.job is not None]
+        return Occupancy(running=len(held), kv_used_tokens=sum(slot.n_cached for slot in held))
 
-    def run_task(self, task: Callable[[], None]) -> None:
-        """Run `task` on the scheduler thread between two steps (for work that needs the model)."""
-        with self._cv:
-            if self._stopping:
-                raise RuntimeError("the model is closed")
-            self._tasks.append(task)
-            self._cv.notify()
+    def _before_step(self) -> None:
+        if self._waiting and not self._running:
+            self._gather_burst()
 
-    def wake(self) -> None:
-        """Make the scheduler look at cancellations now."""
-        with self._cv:
-            self._cv.notify()
-
-    def counters(self) -> SchedulerCounters:
-        """Live numbers for stats()."""
-        running = [slot for slot in self._slots if slot.job is not None]
-        return self._tally.snapshot(
-            running=len(running),
-            # a client that left while queued is not waiting any more
-            waiting=sum(1 for job in list(self._waiting) if not job.cancelled),
-            kv_used_tokens=sum(slot.n_cached for slot in running),
-        )
-
-    def stop(self) -> None:
-        """Stop the thread, end every open request as cancelled, and wait for the thread to exit."""
-        with self._cv:
-            self._stopping = True
-            self._cv.notify()
-        if self._thread.is_alive():
-            self._thread.join()
+    def _end_jobs(self, jobs: list[Job], reason: FinishReason, error: str | None = None) -> None:
+        for slot in list(self._running):
+            if slot.job in jobs:
+                self._finish(slot, reason, error)
 
     # ----- the scheduler thread ----------------------------------------------------------------
-
-    def _run(self) -> None:
-        try:
-            while True:
-                with self._cv:
-                    while not (self._stopping or self._running or self._waiting or self._tasks):
-                        self._cv.wait()
-                    if self._stopping:
-                        break
-                    if self._waiting and not self._running:
-                        self._gather_burst()
-                        if self._stopping:
-                            break
-                    tasks = list(self._tasks)
-                    self._tasks.clear()
-                for task in tasks:
-                    task()
-                try:
-                    self._step()
-                finally:
-                    self._events.flush()
-        except Exception:
-            log.exception("llama.cpp scheduler crashed")
-        finally:
-            self._shutdown()
 
     def _gather_burst(self) -> None:
         """Work arrived at an idle scheduler (lock held): while more requests keep arriving, wait a
@@ -227,25 +168,7 @@ class Scheduler:
                 break  # a quiet spell: the burst is over
             count = len(self._waiting)
 
-    def _shutdown(self) -> None:
-        with self._cv:
-            self._stopping = True
-            waiting = list(self._waiting)
-            self._waiting.clear()
-        for slot in list(self._running):
-            self._finish(slot, "cancelled", "the model was unloaded")
-        for job in waiting:
-            self._events.emit(job, GenerationEvent(finish_reason="cancelled", error="the model was unloaded"))
-        self._events.flush()
-
-    def _step(self) -> None:
-        for slot in list(self._running):
-            job = slot.job
-            if job is not None and job.cancelled:
-                self._finish(slot, "cancelled")
-        self._admit()
-        if not self._running:
-            return
+    def _advance(self) -> None:
         batch = self._batch
         batch.clear()
         for slot in self._running:
@@ -329,7 +252,8 @@ class Scheduler:
             logprobs = (token_logprob(pointer, self._n_vocab, token, job.request.logprobs, self._piece_text),)
         text = slot.decoder.decode(self._piece(token))
         self._events.emit(job, GenerationEvent(token_ids=(token,), text=text, logprobs=logprobs))
-        if slot.n_generated >= job.request.max_tokens or slot.n_cached + 1 >= self._context:
+        # check_prompt bounded max_tokens by the context, so the last token still has a cell
+        if slot.n_generated >= job.request.max_tokens:
             self._finish(slot, "length")
         else:
             slot.pending_token = token
@@ -338,17 +262,6 @@ class Scheduler:
         return self._piece(token).decode("utf-8", errors="replace")
 
     # ----- admission and prefix reuse ------------------------------------------------------------
-
-    def _admit(self) -> None:
-        jobs: list[Job] = []
-        with self._cv:
-            free = sum(1 for slot in self._slots if slot.job is None)
-            while self._waiting and len(jobs) < free:
-                job = self._waiting.popleft()
-                if not job.cancelled:
-                    jobs.append(job)
-        for job in jobs:
-            self._start(job)
 
     def _common_prefix(self, slot: _Slot, prompt: npt.NDArray[np.int32]) -> int:
         length = min(slot.n_cached, len(prompt))
@@ -401,17 +314,15 @@ class Scheduler:
         job = slot.job
         assert job is not None
         tail = slot.decoder.decode(b"", final=True)
-        self._events.emit(
+        final = self._final_event(
             job,
-            GenerationEvent(
-                text=tail,
-                finish_reason=reason,
-                prompt_tokens=len(job.prompt),
-                cached_prompt_tokens=slot.cached_prompt_tokens,
-                completion_tokens=slot.n_generated,
-                error=error,
-            ),
+            reason,
+            text=tail,
+            cached_prompt_tokens=slot.cached_prompt_tokens,
+            completion_tokens=slot.n_generated,
+            error=error,
         )
+        self._events.emit(job, final)
         if slot.sampler is not None:
             self._ll.llama_sampler_free(slot.sampler)
         slot.job, slot.sampler, slot.pending_token = None, None, -1

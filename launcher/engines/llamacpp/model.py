@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 
 from launcher.core.errors import EngineError
-from launcher.engines._jobs import UNLOADED, prompt_problem, refusal
-from launcher.engines._streaming import EventStream
+from launcher.engines._jobs import check_prompt
 from launcher.engines.base import REPLY_MARKERS, EngineStats, GenerationEvent, GenerationRequest, ModelInfo
 from launcher.engines.llamacpp._embedding import Embedder
 from launcher.engines.llamacpp._sampling import ConstraintError, check_grammar, compile_constraint
@@ -87,7 +86,7 @@ class LlamaCppModel:
             swa_window=settings.swa_window,
             checkpoints=self._checkpoints,
         )
-        self._scheduler.start()
+        self._scheduler.start_thread()
 
     # ----- vocabulary ------------------------------------------------------------------------
 
@@ -148,7 +147,8 @@ class LlamaCppModel:
         event with finish_reason "error" and a message that says what to change.
         """
         loop = asyncio.get_running_loop()
-        problem = prompt_problem(request, vocab_size=self._n_vocab, context=self._settings.context)
+        checked = check_prompt(request, vocab_size=self._n_vocab, context=self._settings.context)
+        problem = checked.problem
         grammar = None
         if problem is None and request.constraint is not None:
             try:
@@ -156,13 +156,10 @@ class LlamaCppModel:
                 check_grammar(self._ll, self._vocab, grammar)
             except ConstraintError as err:
                 problem = str(err)
+        # a refused prompt may hold ids that do not fit an int32
         prompt = np.asarray(request.prompt_tokens if problem is None else [], dtype=np.int32)
-        job = Job(request=request, prompt=prompt, grammar=grammar, loop=loop, queue=asyncio.Queue())
-        if self._closed or problem is not None:
-            job.queue.put_nowait(UNLOADED if self._closed else refusal(request, problem or ""))
-            return EventStream(job, None)
-        self._scheduler.submit(job)
-        return EventStream(job, self._scheduler)
+        job = Job(request=checked.request, prompt=prompt, grammar=grammar, loop=loop, queue=asyncio.Queue())
+        return self._scheduler.stream(job, problem, closed=self._closed)
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         """Mean/CLS-pooled, L2-normalised embeddings; raises EngineError if this model cannot embed."""
@@ -194,9 +191,8 @@ class LlamaCppModel:
 
     def stats(self) -> EngineStats:
         """Live numbers for /metrics (cheap; called from the event loop)."""
-        counters = self._scheduler.counters()
         memory = dict(self._settings.memory)
-        stats = counters.engine_stats(kv_total_tokens=self._settings.n_ctx, memory=memory)
+        stats = self._scheduler.engine_stats(kv_total_tokens=self._settings.n_ctx, memory=memory)
         store = self._checkpoints
         if store is None:
             return stats

@@ -7,9 +7,9 @@ Batching is mlx-lm's own `BatchGenerator` (the one `mlx_lm.server` uses): it tak
 samplers, logits processors, stop tokens, max_tokens and a starting KV cache, accepts new
 sequences between steps (their prompts are read in chunks while the others keep decoding) and
 removes sequences mid-flight. We keep admission (at most `parallel` sequences), the wait queue,
-cancellation and event delivery. Prompt caching is mlx-lm's `LRUPromptCache`: a finished
-request's KV cache is kept under its tokens, and a later prompt starts from the longest cached
-prefix (trimmed with mlx-lm's cache trimming when the cached entry runs past the shared part).
+cancellation and event delivery (`_scheduler_base`). Prompt caching is mlx-lm's `LRUPromptCache`:
+a finished request's KV cache is kept under its tokens, and a later prompt starts from the longest
+cached prefix (trimmed with mlx-lm's cache trimming when the cached entry runs past the shared part).
 
 Known limitation of mlx's Linux CPU build (0.32): once a non-main thread has run ops large enough
 to be split across CPU workers (e.g. a prompt longer than one prefill step), the process may abort
@@ -23,12 +23,12 @@ import asyncio
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.engines._jobs import EventOutbox, RequestPace, SchedulerCounters, Tally, append_bounded, refusal
+from launcher.engines._jobs import refusal
+from launcher.engines._scheduler_base import Occupancy, SchedulerThread
 from launcher.engines.base import FinishReason, GenerationEvent, GenerationRequest, TokenLogprob
 from launcher.engines.mlx._sampling import ConstraintError, GrammarProcessor, make_processors, make_sampler
 from launcher.engines.mlx._tokens import IncrementalText, TokenizerAccess
@@ -64,18 +64,16 @@ class Loaded:
     config: dict[str, Any]
 
 
-class Scheduler:
+class Scheduler(SchedulerThread[Job]):
     """Owns the MLX model on its own thread; `submit` is called from the server's event loop."""
 
     def __init__(self, loader: Callable[[], Loaded], *, parallel: int, max_queue: int, cache_bytes: int) -> None:
+        super().__init__(label="MLX", thread_name="mlx-scheduler", log=log, parallel=parallel, max_queue=max_queue)
         self._loader = loader
-        self._parallel = parallel
-        self._max_queue = max_queue
         self._cache_bytes = cache_bytes
-        self._cv = threading.Condition()
-        self._waiting: deque[Job] = deque()
-        self._running: dict[int, Job] = {}
-        self._stopping = False
+        self._running: dict[int, Job] = {}  # by mlx-lm's uid
+        self._generator: Any = None  # mlx-lm BatchGenerator, made and used on the scheduler thread only
+        self._cache: Any = None  # mlx-lm LRUPromptCache, likewise
         self._ready = threading.Event()
         self._load_error: BaseException | None = None
         self.loaded: Loaded | None = None
@@ -83,17 +81,13 @@ class Scheduler:
         self._compile: Callable[[Job], GrammarProcessor | None] | None = None
         self._eos: list[list[int]] = []
         self._n_vocab = 0
-        self._tally = Tally()
-        self._pace = RequestPace()
         self.memory: dict[str, int] = {}
-        self._events = EventOutbox()
-        self._thread = threading.Thread(target=self._run, name="mlx-scheduler", daemon=True)
 
     # ----- called from other threads -----------------------------------------------------------
 
     def start(self) -> Loaded:
         """Start the thread, wait until it has loaded the model; re-raise the loader's error."""
-        self._thread.start()
+        self.start_thread()
         self._ready.wait()
         if self._load_error is not None:
             self._thread.join()
@@ -110,43 +104,18 @@ class Scheduler:
         self._n_vocab = n_vocab
         self._compile = compile_grammar
 
-    def submit(self, job: Job) -> None:
-        """Queue a job (FIFO); raise QueueFullError when `max_queue` requests already wait for a slot."""
-        with self._cv:
-            if self._stopping:
-                raise RuntimeError("the model is closed")
-            free = self._parallel - len(self._running)
-            append_bounded(
-                self._waiting, job, free=free, slots=self._parallel, max_queue=self._max_queue, pace=self._pace
-            )
-            self._cv.notify()
+    # ----- the scheduler base's hooks ------------------------------------------------------------
 
-    def wake(self) -> None:
-        """Make the scheduler look at cancellations now."""
-        with self._cv:
-            self._cv.notify()
+    def _running_jobs(self) -> list[Job]:
+        return list(self._running.values())
 
-    def counters(self) -> SchedulerCounters:
-        """Live numbers for stats()."""
+    def _occupancy(self) -> Occupancy:
         running = list(self._running.values())
-        return self._tally.snapshot(
-            running=len(running),
-            # a client that left while queued is not waiting any more
-            waiting=sum(1 for job in list(self._waiting) if not job.cancelled),
-            kv_used_tokens=sum(len(j.request.prompt_tokens) + j.generated for j in running),
+        return Occupancy(
+            running=len(running), kv_used_tokens=sum(len(j.request.prompt_tokens) + j.generated for j in running)
         )
 
-    def stop(self) -> None:
-        """Stop the thread (open requests end as cancelled), free the model, wait for the thread."""
-        with self._cv:
-            self._stopping = True
-            self._cv.notify()
-        if self._thread.is_alive():
-            self._thread.join()
-
-    # ----- the scheduler thread ----------------------------------------------------------------
-
-    def _run(self) -> None:
+    def _thread_start(self) -> bool:
         import mlx.core as mx
         from mlx_lm.generate import BatchGenerator
         from mlx_lm.models.cache import LRUPromptCache
@@ -156,74 +125,53 @@ class Scheduler:
         except BaseException as err:  # handed to start(), which raises it on the loading thread
             self._load_error = err
             self._ready.set()
-            return
+            return False
         # A stream made on this thread, as mlx_lm.server does: all generation runs on it.
         stream = mx.default_stream(mx.default_device())
-        generator = BatchGenerator(
+        self._generator = BatchGenerator(
             self.loaded.model,
             completion_batch_size=self._parallel,
             prefill_batch_size=self._parallel,
             prefill_step_size=PREFILL_STEP_TOKENS,
             stream=stream,
         )
-        cache = LRUPromptCache(max_size=max(4, 2 * self._parallel), max_bytes=self._cache_bytes)
+        self._cache = LRUPromptCache(max_size=max(4, 2 * self._parallel), max_bytes=self._cache_bytes)
         self._update_memory()
         self._ready.set()
-        try:
-            while True:
-                with self._cv:
-                    while not (self._stopping or self._running or self._waiting):
-                        self._cv.wait()
-                    if self._stopping:
-                        break
-                try:
-                    self._step(generator, cache)
-                finally:
-                    self._events.flush()
-        except Exception:
-            log.exception("MLX scheduler crashed")
-        finally:
-            self._shutdown(generator)
-            del cache, generator
-            self.loaded = None
-            mx.clear_cache()
+        return True
 
-    def _shutdown(self, generator: Any) -> None:
-        with self._cv:
-            self._stopping = True
-            waiting = list(self._waiting)
-            self._waiting.clear()
-        for job in list(self._running.values()):
-            self._finish(job, "cancelled", "the model was unloaded")
-        for job in waiting:
-            self._events.emit(job, GenerationEvent(finish_reason="cancelled", error="the model was unloaded"))
-        self._events.flush()
-        generator.close()
+    def _thread_exit(self) -> None:
+        import mlx.core as mx
 
-    def _step(self, generator: Any, cache: Any) -> None:
-        cancelled = [job for job in self._running.values() if job.cancelled]
-        if cancelled:
-            generator.remove([job.uid for job in cancelled])
-            for job in cancelled:
-                self._finish(job, "cancelled")
-        self._admit(generator, cache)
-        if not self._running:
-            return
-        _prompt_responses, responses = generator.next()
+        self._generator.close()
+        self._generator = self._cache = None
+        self.loaded = None
+        mx.clear_cache()
+
+    def _end_jobs(self, jobs: list[Job], reason: FinishReason, error: str | None = None) -> None:
+        if not self._stopping:  # when stopping, the whole generator is closed after this instead
+            self._generator.remove([job.uid for job in jobs])
+        for job in jobs:
+            self._finish(job, reason, error)
+
+    # ----- the scheduler thread ----------------------------------------------------------------
+
+    def _advance(self) -> None:
+        _prompt_responses, responses = self._generator.next()
         self._tally.decode_tokens += len(responses)
         failed: list[int] = []
         for response in responses:
             owner = self._running.get(response.uid)
-            if owner is not None and not self._deliver(owner, response, cache):
+            if owner is not None and not self._deliver(owner, response):
                 failed.append(owner.uid)
         if failed:
-            generator.remove(failed)
+            self._generator.remove(failed)
         self._update_memory()
 
-    def _deliver(self, job: Job, response: Any, cache: Any) -> bool:
+    def _deliver(self, job: Job, response: Any) -> bool:
         """Turn one generated token into events; False when the job ended but mlx-lm still runs it."""
         if response.finish_reason is not None and response.prompt_cache is not None:
-            cache.insert_cache(_CACHE_KEY, list(response.all_tokens), response.prompt_cache)
+            self._cache.insert_cache(_CACHE_KEY, list(response.all_tokens), response.prompt_cache)
         if job.grammar is not None and job.grammar.failed:
             self._finish(job, "error", f"constrained decoding failed: {job.grammar.failed}")
             return response.finish_reason is not None
@@ -258,20 +206,13 @@ class Scheduler:
 
     # ----- admission and prefix reuse ------------------------------------------------------------
 
-    def _admit(self, generator: Any, cache: Any) -> None:
-        jobs: list[Job] = []
-        with self._cv:
-            while self._waiting and len(self._running) + len(jobs) < self._parallel:
-                job = self._waiting.popleft()
-                if not job.cancelled:
-                    jobs.append(job)
-        for job in jobs:
-            try:
-                self._start(job, generator, cache)
-            except ConstraintError as err:
-                self._events.emit(job, refusal(job.request, str(err)))
+    def _start(self, job: Job) -> None:
+        try:
+            self._insert(job)
+        except ConstraintError as err:
+            self._events.emit(job, refusal(job.request, str(err)))
 
-    def _start(self, job: Job, generator: Any, cache: Any) -> None:
+    def _insert(self, job: Job) -> None:
         from mlx_lm.generate import StopSequences
         from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
@@ -279,7 +220,7 @@ class Scheduler:
         request = job.request
         job.grammar = self._compile(job)
         prompt = list(request.prompt_tokens)
-        prompt_cache, rest = cache.fetch_nearest_cache(_CACHE_KEY, prompt)
+        prompt_cache, rest = self._cache.fetch_nearest_cache(_CACHE_KEY, prompt)
         if prompt_cache is not None and not rest:
             # The whole prompt is cached; read its last token again to get the next-token logits.
             if can_trim_prompt_cache(prompt_cache):
@@ -293,7 +234,7 @@ class Scheduler:
         processors = make_processors(request.sampling, self._n_vocab, self._flat_eos() if request.ignore_eos else ())
         if job.grammar is not None:
             processors.append(job.grammar)
-        (uid,) = generator.insert(
+        (uid,) = self._generator.insert(
             [rest],
             max_tokens=[request.max_tokens],
             caches=[prompt_cache] if prompt_cache is not None else None,
@@ -311,17 +252,15 @@ class Scheduler:
 
     def _finish(self, job: Job, reason: FinishReason, error: str | None = None) -> None:
         tail = job.text.flush() if job.text is not None else ""
-        self._events.emit(
+        final = self._final_event(
             job,
-            GenerationEvent(
-                text=tail,
-                finish_reason=reason,
-                prompt_tokens=len(job.request.prompt_tokens),
-                cached_prompt_tokens=job.cached_prompt_tokens,
-                completion_tokens=job.generated,
-                error=error,
-            ),
+            reason,
+            text=tail,
+            cached_prompt_tokens=job.cached_prompt_tokens,
+            completion_tokens=job.generated,
+            error=error,
         )
+        self._events.emit(job, final)
         self._running.pop(job.uid, None)
         self._pace.finished(job.submitted_at)
 

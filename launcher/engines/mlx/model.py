@@ -15,8 +15,7 @@ from collections.abc import AsyncIterator
 import psutil
 
 from launcher.core.errors import EngineError
-from launcher.engines._jobs import UNLOADED, prompt_problem, refusal
-from launcher.engines._streaming import EventStream
+from launcher.engines._jobs import check_prompt
 from launcher.engines.base import EngineStats, GenerationEvent, GenerationRequest, ModelInfo
 from launcher.engines.mlx._sampling import GrammarCompiler, GrammarProcessor
 from launcher.engines.mlx._scheduler import Job, Scheduler
@@ -64,17 +63,9 @@ class MlxModel:
         finish_reason "error" and a message that says what to change; so do constraints that
         cannot be compiled (found when the request is admitted).
         """
-        loop = asyncio.get_running_loop()
-        job = Job(request=request, loop=loop, queue=asyncio.Queue())
-        problem = prompt_problem(request, vocab_size=self._n_vocab, context=self.info.context_length)
-        if self._closed or problem is not None:
-            job.queue.put_nowait(UNLOADED if self._closed else refusal(request, problem or ""))
-            return EventStream(job, None)
-        room = self.info.context_length - len(request.prompt_tokens)
-        if request.max_tokens > room:
-            job.request = GenerationRequest(**{**request.__dict__, "max_tokens": room})
-        self._scheduler.submit(job)
-        return EventStream(job, self._scheduler)
+        checked = check_prompt(request, vocab_size=self._n_vocab, context=self.info.context_length)
+        job = Job(request=checked.request, loop=asyncio.get_running_loop(), queue=asyncio.Queue())
+        return self._scheduler.stream(job, checked.problem, closed=self._closed)
 
     def _compile(self, job: Job) -> GrammarProcessor | None:
         """Called on the scheduler thread when the job is admitted (builds the token table once)."""
@@ -99,11 +90,12 @@ class MlxModel:
 
     def stats(self) -> EngineStats:
         """Live numbers for /metrics (cheap; called from the event loop)."""
-        counters = self._scheduler.counters()
         memory = dict(self._scheduler.memory)
         with contextlib.suppress(psutil.Error):  # the gauge simply lacks this entry for one scrape
             memory["process_rss"] = int(self._process.memory_info().rss)
-        return counters.engine_stats(kv_total_tokens=self.info.context_length * self.info.parallel, memory=memory)
+        return self._scheduler.engine_stats(
+            kv_total_tokens=self.info.context_length * self.info.parallel, memory=memory
+        )
 
     def close(self) -> None:
         """Stop the scheduler thread (open requests end as cancelled); the thread frees the model."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from launcher.advisor import recommend
 from launcher.catalog.catalog import find
+from launcher.engine_specs import get_spec
 from launcher.engines import registry
 from launcher.engines.exllama_common._availability import CudaStatus, Environment
 from launcher.engines.exllamav2.engine import ExLlamaV2Engine
@@ -108,7 +109,8 @@ def test_the_registry_builds_both_engines_without_importing_a_runtime() -> None:
 
     v3 = registry.get("exllamav3")
     v2 = registry.get("exllamav2")
-    assert (v3.name, v3.formats, v2.name, v2.formats) == ("exllamav3", ("exl3",), "exllamav2", ("exl2",))
+    assert (v3.name, v2.name) == ("exllamav3", "exllamav2")
+    assert (get_spec("exllamav3").formats, get_spec("exllamav2").formats) == (("exl3",), ("exl2",))
     status = registry.status_map(load_recorded("cpu-avx2-laptop-16gb"))
     assert status["exllamav3"] and status["exllamav2"]  # not installed here, or no CUDA device: a reason either way
     assert "exllamav3" not in sys.modules and "exllamav2" not in sys.modules
