@@ -1,25 +1,36 @@
 """Chat requests in one internal shape, shared by the OpenAI, Anthropic and Responses routes.
 
 Each route converts its request into `ChatOptions` (OpenAI-style message dicts, tools in
-OpenAI's function format) and its output events (`TextDelta`, `ToolCallDelta`, `ChatDone`)
-back into its own wire shape. Here: history validation, template rendering, tool-call
-parsing (grammar-constrained when the client requires a call) and response formats.
+OpenAI's function format, one `GenerationSettings`) and its output events (`TextDelta`,
+`ReasoningDelta`, `ToolCallDelta`, then the generation's `Finish`) back into its own wire shape;
+result.py gathers them into one finished reply for the non-streaming paths. Here: history
+validation, template rendering, tool-call parsing (grammar-constrained when the client requires
+a call) and response formats.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import anyio
 
-from launcher.engines.base import Constraint, SamplingParams, TokenLogprob
+from launcher.engines.base import TokenLogprob
 from launcher.server.body import loads_checked
 from launcher.server.control_text import restore
 from launcher.server.errors import bad_request
-from launcher.server.generation import Chunk, Generation, Usage, check_prompt_chars, needs_bos, start_generation
+from launcher.server.generation import (
+    Chunk,
+    Finish,
+    FinishReason,
+    Generation,
+    GenerationSettings,
+    check_prompt_chars,
+    needs_bos,
+    start_generation,
+)
 from launcher.server.harmony import HarmonySplitter
 from launcher.server.reasoning import ReplySplitter, ThinkSplitter
 from launcher.server.state import ServerState
@@ -29,31 +40,21 @@ from launcher.server.toolcalls import ParsedToolCall, StreamingToolParser, TextP
 log = logging.getLogger(__name__)
 
 ToolChoice = Literal["none", "auto", "required"] | str  # any other string: the one function to call
-ChatFinish = Literal["stop", "length", "tool_calls", "cancelled", "error"]
 
 
 @dataclass
 class ChatOptions:
-    """A chat request, whatever API it arrived on."""
+    """A chat request, whatever API it arrived on. `settings.constraint` is the reply format the
+    client asked for; a required tool call replaces it with the call grammar."""
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = field(default_factory=list)
     tool_choice: ToolChoice = "auto"
-    response_format: Constraint | None = None
-    max_tokens: int | None = None
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    stops: list[str] = field(default_factory=list)
-    logprobs: int | None = None
-    ignore_eos: bool = False
-    request_id: str = ""
+    settings: GenerationSettings = field(default_factory=GenerationSettings)
 
 
-@dataclass(frozen=True)
-class TextDelta:
-    """Assistant text."""
-
-    text: str
-    logprobs: tuple[TokenLogprob, ...] = ()
+# Answer text: a generation chunk with the reasoning and the tool calls taken out.
+TextDelta = Chunk
 
 
 @dataclass(frozen=True)
@@ -71,18 +72,7 @@ class ToolCallDelta:
     call: ParsedToolCall
 
 
-@dataclass(frozen=True)
-class ChatDone:
-    """End of the reply."""
-
-    finish_reason: ChatFinish
-    usage: Usage
-    stop_sequence: str | None = None
-    error: str | None = None
-    request_error: bool = False
-
-
-ChatEvent = TextDelta | ReasoningDelta | ToolCallDelta | ChatDone
+ChatEvent = TextDelta | ReasoningDelta | ToolCallDelta | Finish
 
 
 _MEDIA_PARTS = ("image_url", "image", "input_image", "input_audio", "input_file", "file", "document")
@@ -214,7 +204,8 @@ class ChatRun:
         return self.generation.prompt_tokens
 
     async def events(self) -> AsyncIterator[ChatEvent]:
-        """Text deltas and tool calls as they become certain, then `ChatDone`."""
+        """Text deltas and tool calls as they become certain, then the `Finish` ("tool_calls" when
+        the reply made any)."""
         parser = StreamingToolParser(self.tool_format) if self.tool_format else None
         calls = 0
 
@@ -253,10 +244,8 @@ class ChatRun:
                 continue
             for event in split("", (), True):
                 yield event
-            reason: ChatFinish = item.reason
-            if calls and item.reason in ("stop", "length"):
-                reason = "tool_calls"
-            yield ChatDone(reason, item.usage, item.stop_sequence, item.error, item.request_error)
+            reason: FinishReason = "tool_calls" if calls and item.reason in ("stop", "length") else item.reason
+            yield replace(item, reason=reason)
 
     async def aclose(self) -> None:
         """Stop generating (client gone or done)."""
@@ -291,7 +280,7 @@ async def start_chat(state: ServerState, options: ChatOptions) -> ChatRun:
         raise bad_request("tool_choice requires tools.", param="tool_choice")
     _check_tool_names(options.tools)
     text, prompt = await prepare_prompt(state, options)
-    constraint = options.response_format
+    constraint = options.settings.constraint
     tool_format: ToolFormat | None = None
     constrained = False
     if options.tools and options.tool_choice != "none":
@@ -299,21 +288,11 @@ async def start_chat(state: ServerState, options: ChatOptions) -> ChatRun:
         if options.tool_choice != "auto":
             constraint, tool_format = tool_constraint(template.tool_format, _choice_tools(options))
             constrained = True
-    if options.tools and options.tool_choice == "auto" and options.response_format is not None:
+    if options.tools and options.tool_choice == "auto" and options.settings.constraint is not None:
         tool_format = None  # a JSON reply was asked for; do not read it as a call
+    settings = replace(options.settings, constraint=constraint)
     generation = await start_generation(
-        model,
-        state.metrics,
-        prompt,
-        max_tokens=options.max_tokens,
-        output_cap=state.config.max_output_tokens,
-        sampling=options.sampling,
-        constraint=constraint,
-        stops=options.stops,
-        logprobs=options.logprobs,
-        ignore_eos=options.ignore_eos,
-        request_id=options.request_id,
-        live=state.live,
+        model, state.metrics, prompt, settings, output_cap=state.config.max_output_tokens, live=state.live
     )
     thinking: ReplySplitter | None = None
     if constraint is None and detect_tool_format(template.source) == "harmony":

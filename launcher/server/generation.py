@@ -18,7 +18,7 @@ import math
 import time
 import weakref
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import anyio
@@ -36,7 +36,8 @@ from launcher.server.errors import ApiError, bad_request
 from launcher.server.metrics import ServerMetrics
 from launcher.server.request_log import current_request
 
-FinishReason = Literal["stop", "length", "cancelled", "error"]
+# "tool_calls" is the chat layer's: a reply that made tool calls ends so (chat.ChatRun).
+FinishReason = Literal["stop", "length", "tool_calls", "cancelled", "error"]
 
 # How long start_generation waits for the engine's first event: enough for a refusal the engine
 # queues up front (bad prompt, bad constraint) to become an HTTP error, short against any prefill.
@@ -44,6 +45,19 @@ REFUSAL_WAIT_S = 0.05
 
 # The longest token text of any vocabulary we know is far below this (runs of spaces or `=`).
 MAX_BYTES_PER_TOKEN = 256
+
+
+@dataclass
+class GenerationSettings:
+    """What one request asks of the generation, whatever API it arrived on."""
+
+    max_tokens: int | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    constraint: Constraint | None = None
+    stops: list[str] = field(default_factory=list)
+    logprobs: int | None = None  # top alternatives per token; None: no logprobs
+    ignore_eos: bool = False
+    request_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -279,15 +293,9 @@ async def start_generation(
     model: LoadedModel,
     metrics: ServerMetrics,
     prompt_tokens: list[int],
+    settings: GenerationSettings,
     *,
-    max_tokens: int | None,
     output_cap: int | None = None,
-    sampling: SamplingParams,
-    constraint: Constraint | None = None,
-    stops: list[str] | None = None,
-    logprobs: int | None = None,
-    ignore_eos: bool = False,
-    request_id: str = "",
     live: weakref.WeakSet[Generation] | None = None,
 ) -> Generation:
     """Start generating; raises ApiError 400 (prompt too long) or 429 (queue full) before any output.
@@ -309,18 +317,18 @@ async def start_generation(
             code="context_length_exceeded",
         )
     room = context - count
-    limit = room if max_tokens is None else min(max_tokens, room)
+    limit = room if settings.max_tokens is None else min(settings.max_tokens, room)
     capped = False
     if output_cap is not None and output_cap < limit:
         limit, capped = output_cap, True
     request = GenerationRequest(
         prompt_tokens=prompt_tokens,
         max_tokens=limit,
-        sampling=sampling,
-        constraint=constraint,
-        logprobs=logprobs,
-        ignore_eos=ignore_eos,
-        request_id=request_id,
+        sampling=settings.sampling,
+        constraint=settings.constraint,
+        logprobs=settings.logprobs,
+        ignore_eos=settings.ignore_eos,
+        request_id=settings.request_id,
     )
     started = time.monotonic()
     try:
@@ -346,7 +354,7 @@ async def start_generation(
         raise failure(refused.error, request_error=refused.request_error)
     metrics.prompt_tokens.inc(count)
     generation = Generation(
-        stream, first, prompt_tokens=count, stops=stops or [], metrics=metrics, started=started, capped=capped
+        stream, first, prompt_tokens=count, stops=settings.stops, metrics=metrics, started=started, capped=capped
     )
     if live is not None:  # the server's running generations, ended properly when it stops
         live.add(generation)

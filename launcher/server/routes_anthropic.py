@@ -13,7 +13,6 @@ from starlette.routing import Route
 
 from launcher.engines.base import Constraint
 from launcher.server.chat import (
-    ChatDone,
     ChatOptions,
     ChatRun,
     ReasoningDelta,
@@ -22,32 +21,53 @@ from launcher.server.chat import (
     media_omitted,
     normalize_history,
     prepare_prompt,
-    start_chat,
 )
 from launcher.server.errors import bad_request
-from launcher.server.generation import Usage, failure
-from launcher.server.routes_common import (
-    collect_until_disconnect,
-    new_id,
-    parse_body,
-    sampling_from,
-    state_of,
-    stops_from,
-)
+from launcher.server.generation import Finish, GenerationSettings
+from launcher.server.result import chat_result, starts_block
+from launcher.server.routes_common import parse_body, start_chat_request, state_of, stops_from
 from launcher.server.schemas_anthropic import (
+    AnthropicUsage,
     ContentBlock,
+    ContentBlockDeltaEvent,
+    ContentBlockStartEvent,
+    ContentBlockStopEvent,
     CountTokensRequest,
+    ErrorDetail,
+    ErrorEvent,
+    InputJsonBlockDelta,
+    MessageDeltaEvent,
+    MessageReply,
     MessagesRequest,
+    MessageStartEvent,
+    MessageStopEvent,
+    PingEvent,
+    ReplyBlock,
+    StopInfo,
+    StreamEvent,
+    TextBlock,
+    TextBlockDelta,
     TextBlockParam,
+    ThinkingBlock,
+    ThinkingBlockDelta,
+    TokenCount,
     Tool,
     ToolChoice,
+    ToolUseBlock,
 )
 from launcher.server.sse import EventStream, KeepAlive, named_event, with_keepalives
+from launcher.server.toolcalls import ParsedToolCall
 
 log = logging.getLogger(__name__)
 
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
-PING = named_event("ping", {"type": "ping"})  # Anthropic's own keep-alive event
+
+
+def _event(event: StreamEvent) -> bytes:
+    return named_event(event.type, event)
+
+
+PING = _event(PingEvent())  # Anthropic's own keep-alive event
 
 
 _BILLING_HEADER = "x-anthropic-billing-header:"
@@ -147,7 +167,7 @@ def _system_text(system: str | list[TextBlockParam] | None) -> str:
     return "\n\n".join(texts)
 
 
-def _messages(body: MessagesRequest | CountTokensRequest) -> list[dict[str, Any]]:
+def _messages(body: CountTokensRequest) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     system = _system_text(body.system)
     if system:
@@ -172,25 +192,27 @@ def _output_constraint(body: MessagesRequest) -> Constraint | None:
     return Constraint(kind="json_schema", schema=output_format.schema_)
 
 
-def _options(body: MessagesRequest | CountTokensRequest) -> ChatOptions:
+def _options(body: CountTokensRequest) -> ChatOptions:
     tools = _tools(body.tools)
     options = ChatOptions(messages=_messages(body), tools=tools, tool_choice=_tool_choice(body.tool_choice, tools))
     if isinstance(body, MessagesRequest):
-        options.max_tokens = body.max_tokens
-        options.sampling = sampling_from(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k)
-        options.stops = stops_from(body.stop_sequences, param="stop_sequences")
-        options.response_format = _output_constraint(body)
+        options.settings = GenerationSettings(
+            max_tokens=body.max_tokens,
+            sampling=body.sampling(),
+            constraint=_output_constraint(body),
+            stops=stops_from(body.stop_sequences, param="stop_sequences"),
+        )
     return options
 
 
-def _usage(usage: Usage) -> dict[str, int]:
-    """Anthropic's input accounting: `input_tokens` excludes what was read from the cache (clients
-    add the two to size the context, so counting cached tokens in both would double them)."""
-    return {
-        "input_tokens": usage.prompt_tokens - usage.cached_tokens,
-        "cache_read_input_tokens": usage.cached_tokens,
-        "cache_creation_input_tokens": 0,
-    }
+def _stop_reason(finish: Finish) -> str:
+    return "stop_sequence" if finish.stop_sequence else _STOP_REASONS.get(finish.reason, "end_turn")
+
+
+def _tool_use(call: ParsedToolCall, *, with_input: bool) -> ToolUseBlock:
+    """The call as a tool_use block (a stream sends the input in a delta after it)."""
+    call_input = _input_object(call.arguments) if with_input else {}
+    return ToolUseBlock(id="toolu_" + call.id.removeprefix("call_"), name=call.name, input=call_input)
 
 
 def _input_object(arguments: str) -> dict[str, Any]:
@@ -206,82 +228,46 @@ async def count_tokens(request: Request) -> JSONResponse:
     state = state_of(request)
     body = await parse_body(request, CountTokensRequest)
     _, tokens = await prepare_prompt(state, _options(body))
-    return JSONResponse({"input_tokens": len(tokens)})
+    return JSONResponse(TokenCount(input_tokens=len(tokens)).wire())
 
 
 async def messages(request: Request) -> Any:
     """POST /v1/messages (streaming and not)."""
-    state = state_of(request)
-    body = await parse_body(request, MessagesRequest)
-    served = state.resolve_model(body.model)
-    options = _options(body)
-    message_id = new_id("msg_")
-    options.request_id = message_id
-    run = await start_chat(state, options)
-    model_id = body.model or served  # Anthropic's API names the model that was asked for
+    started = await start_chat_request(request, MessagesRequest, _options, "msg_")
+    body, message_id, run = started.body, started.reply_id, started.run
+    model_id = body.model or started.served_model  # Anthropic's API names the model that was asked for
     if body.stream:
-        return EventStream(_stream(run, message_id, model_id, state.keepalive_s), run.aclose)
-    content: list[dict[str, Any]] = []
-    done: ChatDone | None = None
-    try:
-        for event in await collect_until_disconnect(request, run.events()):
-            if isinstance(event, TextDelta):
-                if content and content[-1]["type"] == "text":
-                    content[-1]["text"] += event.text
-                elif event.text.strip():
-                    content.append({"type": "text", "text": event.text})
-            elif isinstance(event, ReasoningDelta):
-                if content and content[-1]["type"] == "thinking":
-                    content[-1]["thinking"] += event.text
-                else:
-                    content.append({"type": "thinking", "thinking": event.text, "signature": ""})
-            elif isinstance(event, ToolCallDelta):
-                content.append(
-                    {
-                        "type": "tool_use",
-                        "id": "toolu_" + event.call.id.removeprefix("call_"),
-                        "name": event.call.name,
-                        "input": _input_object(event.call.arguments),
-                    }
-                )
-            else:
-                done = event
-    finally:
-        await run.aclose()
-    assert done is not None
-    if done.finish_reason == "error":
-        raise failure(done.error, request_error=done.request_error)
-    return JSONResponse(
-        {
-            "id": message_id,
-            "type": "message",
-            "role": "assistant",
-            "model": model_id,
-            "content": content,
-            "stop_reason": "stop_sequence" if done.stop_sequence else _STOP_REASONS.get(done.finish_reason, "end_turn"),
-            "stop_sequence": done.stop_sequence,
-            "usage": {**_usage(done.usage), "output_tokens": done.usage.completion_tokens},
-        }
+        return EventStream(_stream(run, message_id, model_id, state_of(request).keepalive_s), run.aclose)
+    result = await chat_result(request, run)
+    content: list[ReplyBlock] = []
+    for part in result.parts:
+        if isinstance(part, TextDelta):
+            content.append(TextBlock(text=part.text))
+        elif isinstance(part, ReasoningDelta):
+            content.append(ThinkingBlock(thinking=part.text))
+        else:
+            content.append(_tool_use(part.call, with_input=True))
+    reply = MessageReply(
+        id=message_id,
+        model=model_id,
+        content=content,
+        stop_reason=_stop_reason(result.finish),
+        stop_sequence=result.finish.stop_sequence,
+        usage=AnthropicUsage.of(result.finish.usage),
     )
+    return JSONResponse(reply.wire())
 
 
 async def _stream(run: ChatRun, message_id: str, model_id: str, keepalive_s: float) -> AsyncIterator[bytes]:
-    yield named_event(
-        "message_start",
-        {
-            "type": "message_start",
-            "message": {
-                "id": message_id,
-                "type": "message",
-                "role": "assistant",
-                "model": model_id,
-                "content": [],
-                "stop_reason": None,
-                "stop_sequence": None,
-                "usage": {"input_tokens": run.prompt_tokens, "output_tokens": 0},
-            },
-        },
+    start = MessageReply(
+        id=message_id,
+        model=model_id,
+        content=[],
+        stop_reason=None,
+        stop_sequence=None,
+        usage=AnthropicUsage(input_tokens=run.prompt_tokens, output_tokens=0),
     )
+    yield _event(MessageStartEvent(message=start))
     yield PING
     index = -1
     open_kind: str | None = None  # "text" or "thinking" while such a block is open
@@ -291,19 +277,14 @@ async def _stream(run: ChatRun, message_id: str, model_id: str, keepalive_s: flo
         if open_kind is None:
             return []
         open_kind = None
-        return [named_event("content_block_stop", {"type": "content_block_stop", "index": index})]
+        return [_event(ContentBlockStopEvent(index=index))]
 
-    def start_block(kind: str) -> list[bytes]:
+    def start_block(block: ReplyBlock) -> list[bytes]:
         nonlocal index, open_kind
         events = stop_block()
         index += 1
-        open_kind = kind
-        block = (
-            {"type": "text", "text": ""} if kind == "text" else {"type": "thinking", "thinking": "", "signature": ""}
-        )
-        events.append(
-            named_event("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
-        )
+        open_kind = None if isinstance(block, ToolUseBlock) else block.type
+        events.append(_event(ContentBlockStartEvent(index=index, content_block=block)))
         return events
 
     async for event in with_keepalives(run.events(), keepalive_s):
@@ -311,60 +292,29 @@ async def _stream(run: ChatRun, message_id: str, model_id: str, keepalive_s: flo
             yield PING
         elif isinstance(event, TextDelta | ReasoningDelta):
             kind = "text" if isinstance(event, TextDelta) else "thinking"
-            if not event.text or (open_kind != kind and not event.text.strip()):
-                continue  # no block for whitespace between blocks
+            if not event.text or (open_kind != kind and not starts_block(event.text)):
+                continue
             if open_kind != kind:
-                for chunk in start_block(kind):
+                for chunk in start_block(TextBlock(text="") if kind == "text" else ThinkingBlock(thinking="")):
                     yield chunk
-            delta = (
-                {"type": "text_delta", "text": event.text}
-                if kind == "text"
-                else {"type": "thinking_delta", "thinking": event.text}
-            )
-            yield named_event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+            delta = TextBlockDelta(text=event.text) if kind == "text" else ThinkingBlockDelta(thinking=event.text)
+            yield _event(ContentBlockDeltaEvent(index=index, delta=delta))
         elif isinstance(event, ToolCallDelta):
-            for chunk in stop_block():
+            for chunk in start_block(_tool_use(event.call, with_input=False)):
                 yield chunk
-            index += 1
-            block = {
-                "type": "tool_use",
-                "id": "toolu_" + event.call.id.removeprefix("call_"),
-                "name": event.call.name,
-                "input": {},
-            }
-            yield named_event(
-                "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
-            )
             arguments = json.dumps(_input_object(event.call.arguments), ensure_ascii=False)
-            yield named_event(
-                "content_block_delta",
-                {
-                    "type": "content_block_delta",
-                    "index": index,
-                    "delta": {"type": "input_json_delta", "partial_json": arguments},
-                },
-            )
-            yield named_event("content_block_stop", {"type": "content_block_stop", "index": index})
+            yield _event(ContentBlockDeltaEvent(index=index, delta=InputJsonBlockDelta(partial_json=arguments)))
+            yield _event(ContentBlockStopEvent(index=index))
         else:
             for chunk in stop_block():
                 yield chunk
-            if event.finish_reason == "error":
-                yield named_event(
-                    "error",
-                    {"type": "error", "error": {"type": "api_error", "message": f"Generation failed: {event.error}"}},
-                )
+            if event.reason == "error":
+                yield _event(ErrorEvent(error=ErrorDetail(message=f"Generation failed: {event.error}")))
                 return
-            stop_reason = "stop_sequence" if event.stop_sequence else _STOP_REASONS.get(event.finish_reason, "end_turn")
-            yield named_event(
-                "message_delta",
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": stop_reason, "stop_sequence": event.stop_sequence},
-                    # cumulative: now that the prompt has been read, how much of it came from the cache
-                    "usage": {**_usage(event.usage), "output_tokens": event.usage.completion_tokens},
-                },
-            )
-            yield named_event("message_stop", {"type": "message_stop"})
+            stop = StopInfo(stop_reason=_stop_reason(event), stop_sequence=event.stop_sequence)
+            # cumulative: now that the prompt has been read, how much of it came from the cache
+            yield _event(MessageDeltaEvent(delta=stop, usage=AnthropicUsage.of(event.usage)))
+            yield _event(MessageStopEvent())
 
 
 ROUTES = [

@@ -1,18 +1,20 @@
-"""Helpers every route module shares: body parsing, ids, sampling, logprobs."""
+"""Helpers every route module shares: body parsing, ids, stop strings, starting a chat, waiting for a whole reply."""
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import anyio
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
-from launcher.engines.base import SamplingParams, TokenLogprob
 from launcher.server.body import read_json_object
+from launcher.server.chat import ChatOptions, ChatRun, start_chat
 from launcher.server.errors import ClientDisconnected, bad_request, validation_message
+from launcher.server.schemas_common import GenerationFields
 from launcher.server.state import ServerState
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -40,60 +42,12 @@ def new_id(prefix: str) -> str:
     return f"{prefix}{secrets.token_hex(12)}"
 
 
-def sampling_from(
-    *,
-    temperature: float | None = None,
-    top_p: float | None = None,
-    top_k: int | None = None,
-    min_p: float | None = None,
-    seed: int | None = None,
-    presence_penalty: float | None = None,
-    frequency_penalty: float | None = None,
-    repeat_penalty: float | None = None,
-    logit_bias: dict[str, float] | None = None,
-) -> SamplingParams:
-    """SamplingParams from optional request fields (unset fields keep the engine defaults)."""
-    defaults = SamplingParams()
-    bias: dict[int, float] = {}
-    for key, value in (logit_bias or {}).items():
-        try:
-            bias[int(key)] = float(value)
-        except ValueError:
-            raise bad_request(f"logit_bias keys must be token ids, got {key!r}.", param="logit_bias") from None
-    return SamplingParams(
-        temperature=defaults.temperature if temperature is None else temperature,
-        top_p=defaults.top_p if top_p is None else top_p,
-        top_k=defaults.top_k if top_k is None else top_k,
-        min_p=defaults.min_p if min_p is None else min_p,
-        seed=seed,
-        presence_penalty=presence_penalty or 0.0,
-        frequency_penalty=frequency_penalty or 0.0,
-        repeat_penalty=defaults.repeat_penalty if repeat_penalty is None else repeat_penalty,
-        logit_bias=bias,
-    )
-
-
 def stops_from(stop: str | list[str] | None, *, param: str = "stop") -> list[str]:
     """Stop strings as a list (at most 16, none empty)."""
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     if len(stops) > 16:
         raise bad_request("At most 16 stop sequences are supported.", param=param)
     return [s for s in stops if s]
-
-
-def openai_logprobs(items: tuple[TokenLogprob, ...]) -> list[dict[str, Any]]:
-    """Chat-completions `logprobs.content` entries."""
-    return [
-        {
-            "token": item.text,
-            "logprob": item.logprob,
-            "bytes": list(item.text.encode()),
-            "top_logprobs": [
-                {"token": text, "logprob": logprob, "bytes": list(text.encode())} for text, logprob in item.top
-            ],
-        }
-        for item in items
-    ]
 
 
 async def collect_until_disconnect(request: Request, events: AsyncIterator[ItemT]) -> list[ItemT]:
@@ -125,3 +79,29 @@ async def collect_until_disconnect(request: Request, events: AsyncIterator[ItemT
     if gone:
         raise ClientDisconnected
     return items
+
+
+ChatBodyT = TypeVar("ChatBodyT", bound=GenerationFields)
+
+
+@dataclass
+class StartedChat(Generic[ChatBodyT]):
+    """A chat request under way: its body, the served model's name, the reply's id, the run."""
+
+    body: ChatBodyT
+    served_model: str
+    reply_id: str
+    run: ChatRun
+
+
+async def start_chat_request(
+    request: Request, schema: type[ChatBodyT], to_options: Callable[[ChatBodyT], ChatOptions], id_prefix: str
+) -> StartedChat[ChatBodyT]:
+    """Read, check and start a chat request of any API; every error is raised before any output."""
+    state = state_of(request)
+    body = await parse_body(request, schema)
+    served = state.resolve_model(body.model)
+    options = to_options(body)
+    reply_id = new_id(id_prefix)
+    options.settings.request_id = reply_id
+    return StartedChat(body, served, reply_id, await start_chat(state, options))

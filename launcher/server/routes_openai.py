@@ -12,80 +12,80 @@ from starlette.routing import Route
 
 from launcher.engines.base import Constraint
 from launcher.server.chat import (
-    ChatDone,
     ChatOptions,
     ChatRun,
     ReasoningDelta,
     TextDelta,
     ToolCallDelta,
     normalize_history,
-    start_chat,
 )
 from launcher.server.errors import ApiError, bad_request
-from launcher.server.generation import Chunk, Finish, Usage, failure, start_generation, tokenize_prompt
-from launcher.server.routes_common import (
-    collect_until_disconnect,
-    new_id,
-    openai_logprobs,
-    parse_body,
-    sampling_from,
-    state_of,
-    stops_from,
-)
+from launcher.server.generation import Chunk, GenerationSettings, start_generation, tokenize_prompt
+from launcher.server.result import chat_result, collect
+from launcher.server.routes_common import new_id, parse_body, start_chat_request, state_of, stops_from
 from launcher.server.schemas_openai import (
+    AssistantMessage,
+    ChatChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
     ChatCompletionRequest,
+    ChatDelta,
+    ChoiceLogprobs,
+    ChunkChoice,
+    Completion,
+    CompletionChoice,
     CompletionRequest,
+    Embedding,
+    EmbeddingList,
     EmbeddingRequest,
+    EmbeddingUsage,
+    FunctionCallInfo,
+    ModelCard,
+    ModelList,
     NamedToolChoice,
+    OpenAIFinish,
     ResponseFormat,
+    StreamError,
+    StreamErrorDetail,
+    ToolCallInfo,
+    UsageInfo,
+    openai_finish,
 )
 from launcher.server.sse import COMMENT_KEEPALIVE, DONE, EventStream, KeepAlive, data_event, with_keepalives
 from launcher.server.state import ServerState
+from launcher.server.toolcalls import ParsedToolCall
 
 
-def usage_json(usage: Usage) -> dict[str, Any]:
-    """OpenAI `usage`."""
-    return {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens,
-        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
-    }
-
-
-def model_card(state: ServerState) -> dict[str, Any]:
+def model_card(state: ServerState) -> ModelCard:
     """The served model's /v1/models entry."""
     model, _ = state.require_model()
     info = model.info
-    return {
-        "id": state.model_id,
-        "object": "model",
-        "created": 0,
-        "owned_by": "launcher",
-        "context_length": info.context_length,
-        "max_model_len": info.context_length,
-        "max_output_tokens": state.config.max_output_tokens,
-        "engine": state.engine_name or info.engine,
-        "engine_reason": state.engine_reason,
-        "engine_version": info.engine_version,
-        "quant": info.quant,
-        "architecture": info.architecture,
-        "format": info.format,
-        "parallel": info.parallel,
-        "can_embed": info.can_embed,
-    }
+    return ModelCard(
+        id=state.model_id,
+        context_length=info.context_length,
+        max_model_len=info.context_length,
+        max_output_tokens=state.config.max_output_tokens,
+        engine=state.engine_name or info.engine,
+        engine_reason=state.engine_reason,
+        engine_version=info.engine_version,
+        quant=info.quant,
+        architecture=info.architecture,
+        format=info.format,
+        parallel=info.parallel,
+        can_embed=info.can_embed,
+    )
 
 
-def alias_cards(state: ServerState) -> list[dict[str, Any]]:
+def alias_cards(state: ServerState) -> list[ModelCard]:
     """One entry per NAME=MODEL alias (a name may be a * pattern), pointing at the model it serves."""
     card = model_card(state)
-    return [{**card, "id": name, "alias_for": card["id"]} for name in state.config.alias_map]
+    return [card.model_copy(update={"id": name, "alias_for": card.id}) for name in state.config.alias_map]
 
 
 async def list_models(request: Request) -> Response:
     """GET /v1/models: the served model first, then its aliases (never waits on generation)."""
     state = state_of(request)
-    return JSONResponse({"object": "list", "data": [model_card(state), *alias_cards(state)]})
+    return JSONResponse(ModelList(data=[model_card(state), *alias_cards(state)]).wire())
 
 
 async def get_model(request: Request) -> Response:
@@ -93,8 +93,8 @@ async def get_model(request: Request) -> Response:
     state = state_of(request)
     wanted = request.path_params["model_id"]
     for card in (model_card(state), *alias_cards(state)):
-        if card["id"] == wanted:
-            return JSONResponse(card)
+        if card.id == wanted:
+            return JSONResponse(card.wire())
     raise ApiError(404, f"Model {wanted!r} is not served here; use {state.model_id!r}.")
 
 
@@ -121,171 +121,100 @@ def chat_options(body: ChatCompletionRequest) -> ChatOptions:
         choice = name
     elif body.tool_choice is not None:
         choice = body.tool_choice
-    logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    return ChatOptions(
-        messages=messages,
-        tools=tools,
-        tool_choice=choice,
-        response_format=response_format_constraint(body.response_format),
+    settings = GenerationSettings(
         max_tokens=body.max_completion_tokens or body.max_tokens,
-        sampling=sampling_from(**_sampling_fields(body)),
+        sampling=body.sampling(),
+        constraint=response_format_constraint(body.response_format),
         stops=stops_from(body.stop),
-        logprobs=logprobs,
+        logprobs=(body.top_logprobs or 0) if body.logprobs else None,
         ignore_eos=body.ignore_eos,
     )
+    return ChatOptions(messages=messages, tools=tools, tool_choice=choice, settings=settings)
 
 
-def _sampling_fields(body: Any) -> dict[str, Any]:
-    names = (
-        "temperature",
-        "top_p",
-        "top_k",
-        "min_p",
-        "seed",
-        "presence_penalty",
-        "frequency_penalty",
-        "repeat_penalty",
-        "logit_bias",
+def _tool_call(call: ParsedToolCall) -> ToolCallInfo:
+    return ToolCallInfo(
+        id=call.id, type="function", function=FunctionCallInfo(name=call.name, arguments=call.arguments)
     )
-    return {name: getattr(body, name) for name in names}
-
-
-def _tool_call_json(delta: ToolCallDelta) -> dict[str, Any]:
-    return {
-        "id": delta.call.id,
-        "type": "function",
-        "function": {"name": delta.call.name, "arguments": delta.call.arguments},
-    }
 
 
 async def chat_completions(request: Request) -> Any:
     """POST /v1/chat/completions (streaming and not)."""
-    state = state_of(request)
-    body = await parse_body(request, ChatCompletionRequest)
-    model_id = state.resolve_model(body.model)
-    options = chat_options(body)
-    completion_id = new_id("chatcmpl-")
-    options.request_id = completion_id
-    run = await start_chat(state, options)
+    started = await start_chat_request(request, ChatCompletionRequest, chat_options, "chatcmpl-")
+    body, model_id, completion_id, run = started.body, started.served_model, started.reply_id, started.run
     created = int(time.time())
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        stream = _chat_stream(run, completion_id, created, model_id, include_usage, body.logprobs, state.keepalive_s)
-        return EventStream(stream, run.aclose)
-    try:
-        text: list[str] = []
-        logprobs: list[dict[str, Any]] = []
-        calls: list[dict[str, Any]] = []
-        reasoning: list[str] = []
-        done: ChatDone | None = None
-        for event in await collect_until_disconnect(request, run.events()):
-            if isinstance(event, TextDelta):
-                text.append(event.text)
-                logprobs.extend(openai_logprobs(event.logprobs))
-            elif isinstance(event, ReasoningDelta):
-                reasoning.append(event.text)
-            elif isinstance(event, ToolCallDelta):
-                calls.append(_tool_call_json(event))
-            else:
-                done = event
-    finally:
-        await run.aclose()
-    assert done is not None
-    if done.finish_reason == "error":
-        raise failure(done.error, request_error=done.request_error)
-    content = "".join(text)
-    message: dict[str, Any] = {"role": "assistant", "content": content if (content or not calls) else None}
-    if reasoning:
-        message["reasoning_content"] = "".join(reasoning)
-    if calls:
-        message["tool_calls"] = calls
-    return JSONResponse(
-        {
-            "id": completion_id,
-            "object": "chat.completion",
-            "created": created,
-            "model": model_id,
-            "system_fingerprint": None,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "logprobs": {"content": logprobs} if body.logprobs else None,
-                    "finish_reason": _openai_finish(done.finish_reason),
-                }
-            ],
-            "usage": usage_json(done.usage),
-        }
+        chunks = _ChatChunks(completion_id, created, model_id, include_usage)
+        keepalive_s = state_of(request).keepalive_s
+        return EventStream(_chat_stream(run, chunks, body.logprobs, keepalive_s), run.aclose)
+    result = await chat_result(request, run)
+    calls = [_tool_call(call) for call in result.tool_calls]
+    message = AssistantMessage(
+        content=result.text if (result.text or not calls) else None,
+        reasoning_content=result.reasoning or None,
+        tool_calls=calls or None,
     )
+    choice = ChatChoice(
+        message=message,
+        logprobs=ChoiceLogprobs.of(result.logprobs) if body.logprobs else None,
+        finish_reason=openai_finish(result.finish.reason),
+    )
+    completion = ChatCompletion(
+        id=completion_id, created=created, model=model_id, choices=[choice], usage=UsageInfo.of(result.finish.usage)
+    )
+    return JSONResponse(completion.wire())
 
 
-def _openai_finish(reason: str) -> str:
-    return reason if reason in ("stop", "length", "tool_calls") else "stop"
+class _ChatChunks:
+    """The chunks of one streamed chat completion (same id, time and model in each)."""
+
+    def __init__(self, completion_id: str, created: int, model_id: str, include_usage: bool) -> None:
+        self.completion_id, self.created, self.model_id = completion_id, created, model_id
+        self.include_usage = include_usage
+
+    def event(self, choices: list[ChunkChoice], usage: UsageInfo | None = None) -> bytes:
+        chunk = ChatCompletionChunk(
+            id=self.completion_id, created=self.created, model=self.model_id, choices=choices, usage=usage
+        )
+        return data_event(chunk.wire_chunk(self.include_usage))
+
+    def delta(
+        self, delta: ChatDelta, finish: OpenAIFinish | None = None, logprobs: ChoiceLogprobs | None = None
+    ) -> bytes:
+        return self.event([ChunkChoice(delta=delta, logprobs=logprobs, finish_reason=finish)])
 
 
 async def _chat_stream(
-    run: ChatRun,
-    completion_id: str,
-    created: int,
-    model_id: str,
-    include_usage: bool,
-    want_logprobs: bool,
-    keepalive_s: float,
+    run: ChatRun, chunks: _ChatChunks, want_logprobs: bool, keepalive_s: float
 ) -> AsyncIterator[bytes]:
-    def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
-        payload: dict[str, Any] = {
-            "id": completion_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model_id,
-            "system_fingerprint": None,
-            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
-        }
-        if include_usage:
-            payload["usage"] = None
-        return data_event(payload)
-
-    yield chunk({"role": "assistant", "content": ""})
+    yield chunks.delta(ChatDelta(role="assistant", content=""))
     async for event in with_keepalives(run.events(), keepalive_s):
         if isinstance(event, KeepAlive):
             yield COMMENT_KEEPALIVE
         elif isinstance(event, TextDelta):
             if event.text or event.logprobs:
-                logprobs = {"content": openai_logprobs(event.logprobs)} if want_logprobs else None
-                yield chunk({"content": event.text}, logprobs=logprobs)
+                logprobs = ChoiceLogprobs.of(event.logprobs) if want_logprobs else None
+                yield chunks.delta(ChatDelta(content=event.text), logprobs=logprobs)
         elif isinstance(event, ReasoningDelta):
-            yield chunk({"reasoning_content": event.text})
+            yield chunks.delta(ChatDelta(reasoning_content=event.text))
         elif isinstance(event, ToolCallDelta):
-            call = _tool_call_json(event)
-            arguments = call["function"]["arguments"]
-            call["function"] = {"name": call["function"]["name"], "arguments": ""}
-            yield chunk({"tool_calls": [{"index": event.index, **call}]})
-            yield chunk({"tool_calls": [{"index": event.index, "function": {"arguments": arguments}}]})
+            # The name first, then the arguments, as the hosted API streams them (clients join deltas).
+            named = ToolCallInfo(
+                index=event.index,
+                id=event.call.id,
+                type="function",
+                function=FunctionCallInfo(name=event.call.name, arguments=""),
+            )
+            arguments = ToolCallInfo(index=event.index, function=FunctionCallInfo(arguments=event.call.arguments))
+            yield chunks.delta(ChatDelta(tool_calls=[named]))
+            yield chunks.delta(ChatDelta(tool_calls=[arguments]))
         else:
-            if event.finish_reason == "error":
-                yield data_event(
-                    {
-                        "error": {
-                            "message": f"Generation failed: {event.error}",
-                            "type": "server_error",
-                            "param": None,
-                            "code": None,
-                        }
-                    }
-                )
-            yield chunk({}, _openai_finish(event.finish_reason))
-            if include_usage:
-                yield data_event(
-                    {
-                        "id": completion_id,
-                        "object": "chat.completion.chunk",
-                        "created": created,
-                        "model": model_id,
-                        "system_fingerprint": None,
-                        "choices": [],
-                        "usage": usage_json(event.usage),
-                    }
-                )
+            if event.reason == "error":
+                yield data_event(StreamError(error=StreamErrorDetail(message=f"Generation failed: {event.error}")))
+            yield chunks.delta(ChatDelta(), openai_finish(event.reason))
+            if chunks.include_usage:
+                yield chunks.event([], UsageInfo.of(event.usage))
     yield DONE
 
 
@@ -303,67 +232,45 @@ async def completions(request: Request) -> Any:
         prompt = body.prompt if isinstance(body.prompt, str) else [int(t) for t in body.prompt]
     tokens = await tokenize_prompt(model, prompt)
     completion_id = new_id("cmpl-")
-    generation = await start_generation(
-        model,
-        state.metrics,
-        tokens,
+    settings = GenerationSettings(
         max_tokens=body.max_tokens,
-        output_cap=state.config.max_output_tokens,
-        sampling=sampling_from(**_sampling_fields(body)),
+        sampling=body.sampling(),
         stops=stops_from(body.stop),
         logprobs=body.logprobs,
         ignore_eos=body.ignore_eos,
         request_id=completion_id,
-        live=state.live,
+    )
+    generation = await start_generation(
+        model, state.metrics, tokens, settings, output_cap=state.config.max_output_tokens, live=state.live
     )
     created = int(time.time())
     echo = (prompt if isinstance(prompt, str) else model.detokenize(tokens)) if body.echo else ""
 
-    def payload(text: str, finish: str | None, usage: Usage | None) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "id": completion_id,
-            "object": "text_completion",
-            "created": created,
-            "model": model_id,
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
-        }
-        if usage is not None:
-            out["usage"] = usage_json(usage)
-        return out
+    def payload(choices: list[CompletionChoice], usage: UsageInfo | None = None) -> Completion:
+        return Completion(id=completion_id, created=created, model=model_id, choices=choices, usage=usage)
 
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
         async def stream() -> AsyncIterator[bytes]:
             if echo:
-                yield data_event(payload(echo, None, None))
+                yield data_event(payload([CompletionChoice(text=echo)]))
             async for item in with_keepalives(generation.__aiter__(), state.keepalive_s):
                 if isinstance(item, KeepAlive):
                     yield COMMENT_KEEPALIVE
                 elif isinstance(item, Chunk):
                     if item.text:
-                        yield data_event(payload(item.text, None, None))
+                        yield data_event(payload([CompletionChoice(text=item.text)]))
                 else:
-                    yield data_event(payload("", _openai_finish(item.reason), None))
+                    yield data_event(payload([CompletionChoice(text="", finish_reason=openai_finish(item.reason))]))
                     if include_usage:
-                        final = payload("", None, item.usage)
-                        final["choices"] = []
-                        yield data_event(final)
+                        yield data_event(payload([], UsageInfo.of(item.usage)))
             yield DONE
 
         return EventStream(stream(), generation.aclose)
-    pieces = [echo]
-    finish: Finish | None = None
-    try:
-        for item in await collect_until_disconnect(request, generation.__aiter__()):
-            if isinstance(item, Chunk):
-                pieces.append(item.text)
-            else:
-                finish = item
-    finally:
-        await generation.aclose()
-    assert finish is not None
-    return JSONResponse(payload("".join(pieces), _openai_finish(finish.reason), finish.usage))
+    result = await collect(request, generation.__aiter__(), generation.aclose)
+    choice = CompletionChoice(text=echo + result.text, finish_reason=openai_finish(result.finish.reason))
+    return JSONResponse(payload([choice], UsageInfo.of(result.finish.usage)).wire())
 
 
 async def embeddings(request: Request) -> Response:
@@ -392,14 +299,12 @@ async def embeddings(request: Request) -> Response:
         raise bad_request("input must not be empty.", param="input")
     vectors = await model.embed(texts)
     total = sum(len(model.tokenize(t)) for t in texts)
-    return JSONResponse(
-        {
-            "object": "list",
-            "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
-            "model": model_id,
-            "usage": {"prompt_tokens": total, "total_tokens": total},
-        }
+    reply = EmbeddingList(
+        data=[Embedding(index=i, embedding=vector) for i, vector in enumerate(vectors)],
+        model=model_id,
+        usage=EmbeddingUsage(prompt_tokens=total, total_tokens=total),
     )
+    return JSONResponse(reply.wire())
 
 
 ROUTES = [

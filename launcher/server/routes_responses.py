@@ -14,21 +14,40 @@ from starlette.routing import Route
 
 from launcher.engines.base import Constraint
 from launcher.server.chat import (
-    ChatDone,
     ChatOptions,
     ChatRun,
     ReasoningDelta,
     TextDelta,
     ToolCallDelta,
     normalize_history,
-    start_chat,
     text_of,
 )
 from launcher.server.errors import bad_request
-from launcher.server.generation import Usage, failure
-from launcher.server.routes_common import collect_until_disconnect, new_id, parse_body, sampling_from, state_of
-from launcher.server.schemas_responses import ResponsesRequest
+from launcher.server.generation import Finish, GenerationSettings
+from launcher.server.result import chat_result, starts_block
+from launcher.server.routes_common import new_id, start_chat_request, state_of
+from launcher.server.schemas_responses import (
+    ArgumentsDeltaEvent,
+    ArgumentsDoneEvent,
+    ContentPartEvent,
+    FunctionCallItem,
+    IncompleteDetails,
+    ItemStatus,
+    LifecycleEvent,
+    MessageItem,
+    OutputItem,
+    OutputItemEvent,
+    OutputText,
+    OutputTextDeltaEvent,
+    OutputTextDoneEvent,
+    ResponseError,
+    ResponseEvent,
+    ResponseObject,
+    ResponsesRequest,
+    ResponseUsage,
+)
 from launcher.server.sse import EventStream, KeepAlive, named_event, with_keepalives
+from launcher.server.toolcalls import ParsedToolCall
 
 log = logging.getLogger(__name__)
 
@@ -127,128 +146,75 @@ def _options(body: ResponsesRequest) -> ChatOptions:
         if fmt.schema_ is None:
             raise bad_request("text.format json_schema needs schema.", param="text.format.schema")
         constraint = Constraint(kind="json_schema", schema=fmt.schema_)
+    settings = GenerationSettings(max_tokens=body.max_output_tokens, sampling=body.sampling(), constraint=constraint)
     return ChatOptions(
-        messages=normalize_history(_input_messages(body)),
-        tools=tools,
-        tool_choice=choice,
-        response_format=constraint,
-        max_tokens=body.max_output_tokens,
-        sampling=sampling_from(temperature=body.temperature, top_p=body.top_p),
+        messages=normalize_history(_input_messages(body)), tools=tools, tool_choice=choice, settings=settings
     )
-
-
-def _usage(usage: Usage) -> dict[str, Any]:
-    return {
-        "input_tokens": usage.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": usage.cached_tokens},
-        "output_tokens": usage.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": usage.total_tokens,
-    }
 
 
 class _ResponseBuilder:
-    """Keeps the response object and its output items as events arrive."""
+    """Keeps the response object as events arrive, and numbers the stream's events."""
 
     def __init__(self, body: ResponsesRequest, response_id: str, model_id: str) -> None:
-        self.response: dict[str, Any] = {
-            "id": response_id,
-            "object": "response",
-            "created_at": int(time.time()),
-            "status": "in_progress",
-            "model": model_id,
-            "output": [],
-            "error": None,
-            "incomplete_details": None,
-            "instructions": body.instructions,
-            "metadata": body.metadata or {},
-            "parallel_tool_calls": False,
-            "temperature": body.temperature,
-            "top_p": body.top_p,
-            "tool_choice": body.tool_choice or "auto",
-            "tools": [t.model_dump(exclude_none=True) for t in body.tools or []],
-            "max_output_tokens": body.max_output_tokens,
-            "text": {"format": {"type": "text"}},
-            "truncation": "disabled",
-            "usage": None,
-        }
+        self.response = ResponseObject(
+            id=response_id,
+            created_at=int(time.time()),
+            model=model_id,
+            instructions=body.instructions,
+            metadata=body.metadata or {},
+            temperature=body.temperature,
+            top_p=body.top_p,
+            tool_choice=body.tool_choice or "auto",
+            tools=[t.model_dump(exclude_none=True) for t in body.tools or []],
+            max_output_tokens=body.max_output_tokens,
+        )
         self.sequence = 0
 
-    def event(self, event_type: str, **fields: Any) -> bytes:
-        payload = {"type": event_type, "sequence_number": self.sequence, **fields}
+    def event(self, event: ResponseEvent) -> bytes:
+        event.sequence_number = self.sequence
         self.sequence += 1
-        return named_event(event_type, payload)
+        return named_event(event.type, event)
 
-    def finish(self, done: ChatDone) -> None:
-        if done.finish_reason == "length":
-            self.response["status"] = "incomplete"
-            self.response["incomplete_details"] = {"reason": "max_output_tokens"}
+    def lifecycle(self, event_type: str) -> bytes:
+        return self.event(LifecycleEvent(type=event_type, response=self.response))
+
+    def finish(self, done: Finish) -> None:
+        if done.reason == "length":
+            self.response.status = "incomplete"
+            self.response.incomplete_details = IncompleteDetails()
         else:
-            self.response["status"] = "completed"
-        self.response["usage"] = _usage(done.usage)
+            self.response.status = "completed"
+        self.response.usage = ResponseUsage.of(done.usage)
 
 
-def _message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
-    content = (
-        [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}] if status == "completed" else []
+def _call_item(call: ParsedToolCall, arguments: str, status: ItemStatus) -> FunctionCallItem:
+    return FunctionCallItem(
+        id="fc_" + call.id.removeprefix("call_"), status=status, call_id=call.id, name=call.name, arguments=arguments
     )
-    return {"id": item_id, "type": "message", "status": status, "role": "assistant", "content": content}
-
-
-def _call_item(event: ToolCallDelta, arguments: str, status: str) -> dict[str, Any]:
-    return {
-        "id": "fc_" + event.call.id.removeprefix("call_"),
-        "type": "function_call",
-        "status": status,
-        "call_id": event.call.id,
-        "name": event.call.name,
-        "arguments": arguments,
-    }
 
 
 async def responses(request: Request) -> Any:
     """POST /v1/responses (streaming and not)."""
-    state = state_of(request)
-    body = await parse_body(request, ResponsesRequest)
-    served = state.resolve_model(body.model)
-    options = _options(body)
-    response_id = new_id("resp_")
-    options.request_id = response_id
-    run = await start_chat(state, options)
-    builder = _ResponseBuilder(body, response_id, body.model or served)
+    started = await start_chat_request(request, ResponsesRequest, _options, "resp_")
+    body, run = started.body, started.run
+    builder = _ResponseBuilder(body, started.reply_id, body.model or started.served_model)
     if body.stream:
-        return EventStream(_stream(run, builder, state.keepalive_s), run.aclose)
-    text = ""
-    done: ChatDone | None = None
-    output: list[dict[str, Any]] = []
-    try:
-        for event in await collect_until_disconnect(request, run.events()):
-            if isinstance(event, ReasoningDelta):
-                continue  # reasoning is not replayed to Responses clients
-            if isinstance(event, TextDelta):
-                text += event.text
-            elif isinstance(event, ToolCallDelta):
-                output.append(_call_item(event, event.call.arguments, "completed"))
-            else:
-                done = event
-    finally:
-        await run.aclose()
-    assert done is not None
-    if done.finish_reason == "error":
-        raise failure(done.error, request_error=done.request_error)
-    if text.strip() or not output:
-        output.insert(0, _message_item(new_id("msg_"), text, "completed"))
-    builder.response["output"] = output
-    builder.finish(done)
-    return JSONResponse(builder.response)
+        return EventStream(_stream(run, builder, state_of(request).keepalive_s), run.aclose)
+    result = await chat_result(request, run)  # reasoning is not replayed to Responses clients
+    output: list[OutputItem] = [_call_item(call, call.arguments, "completed") for call in result.tool_calls]
+    if starts_block(result.text) or not output:
+        output.insert(0, MessageItem.of(new_id("msg_"), result.text, "completed"))
+    builder.response.output = output
+    builder.finish(result.finish)
+    return JSONResponse(builder.response.wire())
 
 
 async def _stream(run: ChatRun, builder: _ResponseBuilder, keepalive_s: float) -> AsyncIterator[bytes]:
     response = builder.response
-    yield builder.event("response.created", response=dict(response))
-    yield builder.event("response.in_progress", response=dict(response))
-    output: list[dict[str, Any]] = response["output"]
-    text_item: dict[str, Any] | None = None
+    yield builder.lifecycle("response.created")
+    yield builder.lifecycle("response.in_progress")
+    output = response.output
+    text_item: MessageItem | None = None
     text = ""
 
     def close_text() -> list[bytes]:
@@ -256,89 +222,78 @@ async def _stream(run: ChatRun, builder: _ResponseBuilder, keepalive_s: float) -
         if text_item is None:
             return []
         index = output.index(text_item)
-        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-        done_item = _message_item(text_item["id"], text, "completed")
+        done_item = MessageItem.of(text_item.id, text, "completed")
         output[index] = done_item
         events = [
+            builder.event(OutputTextDoneEvent(item_id=text_item.id, output_index=index, text=text)),
             builder.event(
-                "response.output_text.done",
-                item_id=text_item["id"],
-                output_index=index,
-                content_index=0,
-                text=text,
-                logprobs=[],
+                ContentPartEvent(
+                    type="response.content_part.done",
+                    item_id=text_item.id,
+                    output_index=index,
+                    part=OutputText(text=text),
+                )
             ),
-            builder.event(
-                "response.content_part.done", item_id=text_item["id"], output_index=index, content_index=0, part=part
-            ),
-            builder.event("response.output_item.done", output_index=index, item=done_item),
+            builder.event(OutputItemEvent(type="response.output_item.done", output_index=index, item=done_item)),
         ]
         text_item = None
         return events
 
     async for event in with_keepalives(run.events(), keepalive_s):
         if isinstance(event, KeepAlive):
-            yield builder.event("keepalive")  # OpenAI's own; Codex resets its idle timer on any event
+            # OpenAI's own; Codex resets its idle timer on any event
+            yield builder.event(ResponseEvent(type="keepalive"))
             continue
         if isinstance(event, ReasoningDelta):
             continue
         if isinstance(event, TextDelta):
-            if not event.text or (text_item is None and not event.text.strip()):
+            if not event.text or (text_item is None and not starts_block(event.text)):
                 continue
             if text_item is None:
-                text_item = _message_item(new_id("msg_"), "", "in_progress")
+                text_item = MessageItem.of(new_id("msg_"), "", "in_progress")
                 text = ""
                 output.append(text_item)
-                yield builder.event("response.output_item.added", output_index=len(output) - 1, item=text_item)
                 yield builder.event(
-                    "response.content_part.added",
-                    item_id=text_item["id"],
-                    output_index=len(output) - 1,
-                    content_index=0,
-                    part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+                    OutputItemEvent(type="response.output_item.added", output_index=len(output) - 1, item=text_item)
+                )
+                yield builder.event(
+                    ContentPartEvent(
+                        type="response.content_part.added",
+                        item_id=text_item.id,
+                        output_index=len(output) - 1,
+                        part=OutputText(text=""),
+                    )
                 )
             text += event.text
             yield builder.event(
-                "response.output_text.delta",
-                item_id=text_item["id"],
-                output_index=len(output) - 1,
-                content_index=0,
-                delta=event.text,
-                logprobs=[],
+                OutputTextDeltaEvent(item_id=text_item.id, output_index=len(output) - 1, delta=event.text)
             )
         elif isinstance(event, ToolCallDelta):
             for chunk in close_text():
                 yield chunk
-            item = _call_item(event, "", "in_progress")
+            item = _call_item(event.call, "", "in_progress")
             output.append(item)
             index = len(output) - 1
-            yield builder.event("response.output_item.added", output_index=index, item=item)
+            yield builder.event(OutputItemEvent(type="response.output_item.added", output_index=index, item=item))
+            arguments = event.call.arguments
+            yield builder.event(ArgumentsDeltaEvent(item_id=item.id, output_index=index, delta=arguments))
             yield builder.event(
-                "response.function_call_arguments.delta",
-                item_id=item["id"],
-                output_index=index,
-                delta=event.call.arguments,
+                ArgumentsDoneEvent(item_id=item.id, output_index=index, arguments=arguments, name=event.call.name)
             )
+            output[index] = _call_item(event.call, arguments, "completed")
             yield builder.event(
-                "response.function_call_arguments.done",
-                item_id=item["id"],
-                output_index=index,
-                arguments=event.call.arguments,
-                name=event.call.name,
+                OutputItemEvent(type="response.output_item.done", output_index=index, item=output[index])
             )
-            output[index] = _call_item(event, event.call.arguments, "completed")
-            yield builder.event("response.output_item.done", output_index=index, item=output[index])
         else:
             for chunk in close_text():
                 yield chunk
-            if event.finish_reason == "error":
-                response["status"] = "failed"
-                response["error"] = {"code": "server_error", "message": f"Generation failed: {event.error}"}
-                yield builder.event("response.failed", response=response)
+            if event.reason == "error":
+                response.status = "failed"
+                response.error = ResponseError(message=f"Generation failed: {event.error}")
+                yield builder.lifecycle("response.failed")
                 return
             builder.finish(event)
-            name = "response.completed" if response["status"] == "completed" else "response.incomplete"
-            yield builder.event(name, response=response)
+            yield builder.lifecycle("response.completed" if response.status == "completed" else "response.incomplete")
 
 
 ROUTES = [Route("/v1/responses", responses, methods=["POST"])]

@@ -1,17 +1,16 @@
-"""Request models for the Anthropic Messages endpoints (Claude Code and the anthropic SDK)."""
+"""Request and response models for the Anthropic Messages endpoints (Claude Code and the anthropic SDK)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from launcher.server.generation import Usage
+from launcher.server.schemas_common import OMIT_IF_NONE, GenerationFields, Lenient, WireModel
 
 
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class ContentBlock(_Lenient):
+class ContentBlock(Lenient):
     """A content block: text, image, tool_use, tool_result, thinking, document..."""
 
     type: str
@@ -25,14 +24,14 @@ class ContentBlock(_Lenient):
     thinking: str | None = None
 
 
-class Message(_Lenient):
+class Message(Lenient):
     """One turn of the conversation; `system` is a mid-conversation system message (Claude Code sends them)."""
 
     role: Literal["user", "assistant", "system"]
     content: str | list[ContentBlock]
 
 
-class Tool(_Lenient):
+class Tool(Lenient):
     """A tool: client tools have an input_schema; server tools (web_search...) only a `type` and are skipped."""
 
     name: str = Field(min_length=1)
@@ -42,7 +41,7 @@ class Tool(_Lenient):
     defer_loading: bool | None = None
 
 
-class ToolChoice(_Lenient):
+class ToolChoice(Lenient):
     """`tool_choice`: auto, any, tool (with name), none; a newer type is read as auto."""
 
     type: str
@@ -50,49 +49,216 @@ class ToolChoice(_Lenient):
     disable_parallel_tool_use: bool | None = None
 
 
-class TextBlockParam(_Lenient):
+class TextBlockParam(Lenient):
     """A system prompt block (text; other kinds, such as tool_addition, are skipped)."""
 
     type: str = "text"
     text: str = ""
 
 
-class OutputFormat(_Lenient):
+class OutputFormat(Lenient):
     """`output_config.format`: structured output as a JSON schema."""
 
     type: str
     schema_: dict[str, Any] | None = Field(None, alias="schema")
 
 
-class OutputConfig(_Lenient):
+class OutputConfig(Lenient):
     """`output_config` (effort and the like are accepted and ignored)."""
 
     format: OutputFormat | None = None
 
 
-class MessagesRequest(_Lenient):
-    """POST /v1/messages."""
+class CountTokensRequest(Lenient):
+    """POST /v1/messages/count_tokens: the conversation, without what only generating needs."""
 
     model: str = ""
     messages: list[Message] = Field(min_length=1)
-    max_tokens: int = Field(ge=1)
     system: str | list[TextBlockParam] | None = None
-    stop_sequences: list[str] | None = None
-    stream: bool = False
-    temperature: float | None = Field(None, ge=0, le=1)
-    top_p: float | None = Field(None, ge=0, le=1)
-    top_k: int | None = Field(None, ge=0)
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
+
+
+class MessagesRequest(CountTokensRequest, GenerationFields):
+    """POST /v1/messages."""
+
+    max_tokens: int = Field(ge=1)
+    stop_sequences: list[str] | None = None
+    temperature: float | None = Field(None, ge=0, le=1)  # Anthropic's range is narrower than OpenAI's
+    top_k: int | None = Field(None, ge=0)
     metadata: dict[str, Any] | None = None
     output_config: OutputConfig | None = None
 
 
-class CountTokensRequest(_Lenient):
-    """POST /v1/messages/count_tokens."""
+# Responses.
 
-    model: str = ""
-    messages: list[Message] = Field(min_length=1)
-    system: str | list[TextBlockParam] | None = None
-    tools: list[Tool] | None = None
-    tool_choice: ToolChoice | None = None
+
+class TokenCount(WireModel):
+    """The body of a count_tokens reply."""
+
+    input_tokens: int
+
+
+class AnthropicUsage(WireModel):
+    """`usage`: `input_tokens` excludes what was read from the cache (clients add the two to size the
+    context, so counting cached tokens in both would double them). message_start, sent before the
+    prompt is read, has only the two plain counts."""
+
+    input_tokens: int
+    cache_read_input_tokens: Annotated[int | None, OMIT_IF_NONE] = None
+    cache_creation_input_tokens: Annotated[int | None, OMIT_IF_NONE] = None
+    output_tokens: int
+
+    @classmethod
+    def of(cls, usage: Usage) -> AnthropicUsage:
+        """The counts of a finished (or finishing) reply."""
+        return cls(
+            input_tokens=usage.prompt_tokens - usage.cached_tokens,
+            cache_read_input_tokens=usage.cached_tokens,
+            cache_creation_input_tokens=0,
+            output_tokens=usage.completion_tokens,
+        )
+
+
+class TextBlock(WireModel):
+    """A text content block."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ThinkingBlock(WireModel):
+    """The model's reasoning; no signature, since nothing here signs it."""
+
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str = ""
+
+
+class ToolUseBlock(WireModel):
+    """A tool call."""
+
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+ReplyBlock = TextBlock | ThinkingBlock | ToolUseBlock
+
+
+class MessageReply(WireModel):
+    """The body of a non-streaming reply, and the message of message_start."""
+
+    id: str
+    type: Literal["message"] = "message"
+    role: Literal["assistant"] = "assistant"
+    model: str
+    content: list[ReplyBlock]
+    stop_reason: str | None
+    stop_sequence: str | None
+    usage: AnthropicUsage
+
+
+class MessageStartEvent(WireModel):
+    """message_start."""
+
+    type: Literal["message_start"] = "message_start"
+    message: MessageReply
+
+
+class PingEvent(WireModel):
+    """ping: Anthropic's own keep-alive."""
+
+    type: Literal["ping"] = "ping"
+
+
+class ContentBlockStartEvent(WireModel):
+    """content_block_start."""
+
+    type: Literal["content_block_start"] = "content_block_start"
+    index: int
+    content_block: ReplyBlock
+
+
+class TextBlockDelta(WireModel):
+    """More text of a text block."""
+
+    type: Literal["text_delta"] = "text_delta"
+    text: str
+
+
+class ThinkingBlockDelta(WireModel):
+    """More reasoning of a thinking block."""
+
+    type: Literal["thinking_delta"] = "thinking_delta"
+    thinking: str
+
+
+class InputJsonBlockDelta(WireModel):
+    """A tool call's input JSON (this server sends it whole, in one delta)."""
+
+    type: Literal["input_json_delta"] = "input_json_delta"
+    partial_json: str
+
+
+class ContentBlockDeltaEvent(WireModel):
+    """content_block_delta."""
+
+    type: Literal["content_block_delta"] = "content_block_delta"
+    index: int
+    delta: TextBlockDelta | ThinkingBlockDelta | InputJsonBlockDelta
+
+
+class ContentBlockStopEvent(WireModel):
+    """content_block_stop."""
+
+    type: Literal["content_block_stop"] = "content_block_stop"
+    index: int
+
+
+class StopInfo(WireModel):
+    """`delta` of message_delta."""
+
+    stop_reason: str
+    stop_sequence: str | None
+
+
+class MessageDeltaEvent(WireModel):
+    """message_delta: how the reply ended, and the usage so far (cumulative)."""
+
+    type: Literal["message_delta"] = "message_delta"
+    delta: StopInfo
+    usage: AnthropicUsage
+
+
+class MessageStopEvent(WireModel):
+    """message_stop."""
+
+    type: Literal["message_stop"] = "message_stop"
+
+
+class ErrorDetail(WireModel):
+    """`error` of an error event."""
+
+    type: str = "api_error"
+    message: str
+
+
+class ErrorEvent(WireModel):
+    """error: generation failed after the stream started."""
+
+    type: Literal["error"] = "error"
+    error: ErrorDetail
+
+
+StreamEvent = (
+    MessageStartEvent
+    | PingEvent
+    | ContentBlockStartEvent
+    | ContentBlockDeltaEvent
+    | ContentBlockStopEvent
+    | MessageDeltaEvent
+    | MessageStopEvent
+    | ErrorEvent
+)

@@ -1,28 +1,29 @@
-"""Request models for the OpenAI-shaped endpoints.
+"""Request and response models for the OpenAI-shaped endpoints (chat, completions, models, embeddings).
 
-Unknown fields are tolerated (SDKs add new ones all the time); known fields with the wrong
-type are a 400 in OpenAI's error shape.
+Unknown request fields are tolerated (SDKs add new ones all the time); known fields with the
+wrong type are a 400 in OpenAI's error shape. See schemas_common for which response keys are
+sent as null and which are left out.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from launcher.engines.base import TokenLogprob
+from launcher.server.generation import Usage
+from launcher.server.schemas_common import OMIT_IF_NONE, GenerationFields, Lenient, WireModel
 
 
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class FunctionCall(_Lenient):
+class FunctionCall(Lenient):
     """`function` inside an assistant message's tool call."""
 
     name: str
     arguments: str | dict[str, Any] = ""
 
 
-class ToolCall(_Lenient):
+class ToolCall(Lenient):
     """One tool call in an assistant message of the history."""
 
     id: str | None = None
@@ -30,7 +31,7 @@ class ToolCall(_Lenient):
     function: FunctionCall
 
 
-class ChatMessage(_Lenient):
+class ChatMessage(Lenient):
     """One message of the chat history."""
 
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
@@ -41,7 +42,7 @@ class ChatMessage(_Lenient):
     reasoning_content: str | None = None
 
 
-class FunctionDefinition(_Lenient):
+class FunctionDefinition(Lenient):
     """A function the model may call."""
 
     name: str = Field(min_length=1)
@@ -50,21 +51,21 @@ class FunctionDefinition(_Lenient):
     strict: bool | None = None
 
 
-class ToolDefinition(_Lenient):
+class ToolDefinition(Lenient):
     """`tools[i]` of a chat request."""
 
     type: Literal["function"] = "function"
     function: FunctionDefinition
 
 
-class NamedToolChoice(_Lenient):
+class NamedToolChoice(Lenient):
     """`tool_choice: {"type": "function", "function": {"name": ...}}`."""
 
     type: Literal["function"] = "function"
     function: dict[str, str]
 
 
-class JsonSchemaFormat(_Lenient):
+class JsonSchemaFormat(Lenient):
     """`response_format.json_schema`."""
 
     name: str = "response"
@@ -72,24 +73,22 @@ class JsonSchemaFormat(_Lenient):
     strict: bool | None = None
 
 
-class ResponseFormat(_Lenient):
+class ResponseFormat(Lenient):
     """`response_format` of a chat request."""
 
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
 
 
-class StreamOptions(_Lenient):
+class StreamOptions(Lenient):
     """`stream_options`."""
 
     include_usage: bool = False
 
 
-class SamplingFields(_Lenient):
+class SamplingFields(GenerationFields):
     """Sampling knobs shared by chat and text completions."""
 
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, ge=0, le=1)
     top_k: int | None = Field(None, ge=0)
     min_p: float | None = Field(None, ge=0, le=1)
     seed: int | None = None
@@ -99,7 +98,6 @@ class SamplingFields(_Lenient):
     logit_bias: dict[str, float] | None = None
     stop: str | list[str] | None = None
     n: int = Field(1, ge=1, le=1)
-    stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
     ignore_eos: bool = False  # llama-server / vLLM extension: generate exactly max_tokens (benchmarks)
@@ -108,7 +106,6 @@ class SamplingFields(_Lenient):
 class ChatCompletionRequest(SamplingFields):
     """POST /v1/chat/completions."""
 
-    model: str = ""
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
@@ -123,7 +120,6 @@ class ChatCompletionRequest(SamplingFields):
 class CompletionRequest(SamplingFields):
     """POST /v1/completions."""
 
-    model: str = ""
     prompt: str | list[str] | list[int]
     max_tokens: int | None = Field(16, ge=1)
     echo: bool = False
@@ -131,10 +127,253 @@ class CompletionRequest(SamplingFields):
     suffix: str | None = None
 
 
-class EmbeddingRequest(_Lenient):
+class EmbeddingRequest(Lenient):
     """POST /v1/embeddings."""
 
     model: str = ""
     input: str | list[str] | list[int] | list[list[int]]
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = None
+
+
+# Responses.
+
+OpenAIFinish = Literal["stop", "length", "tool_calls"]
+
+
+def openai_finish(reason: str) -> OpenAIFinish:
+    """OpenAI's finish reason: a cancelled or failed reply ends as "stop"."""
+    if reason == "length":
+        return "length"
+    return "tool_calls" if reason == "tool_calls" else "stop"
+
+
+class PromptTokensDetails(WireModel):
+    """`usage.prompt_tokens_details`."""
+
+    cached_tokens: int
+
+
+class UsageInfo(WireModel):
+    """`usage` of chat and text completions."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails
+
+    @classmethod
+    def of(cls, usage: Usage) -> UsageInfo:
+        """OpenAI's usage for the server's token counts."""
+        return cls(
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            total_tokens=usage.total_tokens,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=usage.cached_tokens),
+        )
+
+
+class TopLogprob(WireModel):
+    """One alternative in `top_logprobs`."""
+
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class TokenLogprobInfo(WireModel):
+    """One entry of `logprobs.content`."""
+
+    token: str
+    logprob: float
+    bytes: list[int]
+    top_logprobs: list[TopLogprob]
+
+    @classmethod
+    def of(cls, item: TokenLogprob) -> TokenLogprobInfo:
+        """The entry for one generated token."""
+        return cls(
+            token=item.text,
+            logprob=item.logprob,
+            bytes=list(item.text.encode()),
+            top_logprobs=[TopLogprob(token=text, logprob=value, bytes=list(text.encode())) for text, value in item.top],
+        )
+
+
+class ChoiceLogprobs(WireModel):
+    """`choices[i].logprobs` of a chat reply."""
+
+    content: list[TokenLogprobInfo]
+
+    @classmethod
+    def of(cls, items: tuple[TokenLogprob, ...] | list[TokenLogprob]) -> ChoiceLogprobs:
+        """The logprobs of these tokens."""
+        return cls(content=[TokenLogprobInfo.of(item) for item in items])
+
+
+class FunctionCallInfo(WireModel):
+    """`function` of a tool call in a reply; a stream sends the name once, then the arguments."""
+
+    name: Annotated[str | None, OMIT_IF_NONE] = None
+    arguments: str
+
+
+class ToolCallInfo(WireModel):
+    """A tool call in a reply; in a stream, `index` says which call a delta continues."""
+
+    index: Annotated[int | None, OMIT_IF_NONE] = None
+    id: Annotated[str | None, OMIT_IF_NONE] = None
+    type: Annotated[Literal["function"] | None, OMIT_IF_NONE] = None
+    function: FunctionCallInfo
+
+
+class AssistantMessage(WireModel):
+    """`choices[0].message`: `content` is null when the reply is only tool calls."""
+
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    reasoning_content: Annotated[str | None, OMIT_IF_NONE] = None
+    tool_calls: Annotated[list[ToolCallInfo] | None, OMIT_IF_NONE] = None
+
+
+class ChatChoice(WireModel):
+    """`choices[0]` of a chat completion."""
+
+    index: int = 0
+    message: AssistantMessage
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: OpenAIFinish
+
+
+class ChatCompletion(WireModel):
+    """The body of a non-streaming chat completion."""
+
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    system_fingerprint: None = None
+    choices: list[ChatChoice]
+    usage: UsageInfo
+
+
+class ChatDelta(WireModel):
+    """`choices[0].delta` of a stream chunk: only what this chunk adds."""
+
+    role: Annotated[Literal["assistant"] | None, OMIT_IF_NONE] = None
+    content: Annotated[str | None, OMIT_IF_NONE] = None
+    reasoning_content: Annotated[str | None, OMIT_IF_NONE] = None
+    tool_calls: Annotated[list[ToolCallInfo] | None, OMIT_IF_NONE] = None
+
+
+class ChunkChoice(WireModel):
+    """`choices[0]` of a stream chunk."""
+
+    index: int = 0
+    delta: ChatDelta
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: OpenAIFinish | None = None
+
+
+class ChatCompletionChunk(WireModel):
+    """One chunk of a streamed chat completion. `usage` is sent (null until the last chunk) only
+    when the client asked for it with stream_options.include_usage; see `wire_chunk`."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    system_fingerprint: None = None
+    choices: list[ChunkChoice]
+    usage: UsageInfo | None = None
+
+    def wire_chunk(self, include_usage: bool) -> dict[str, Any]:
+        """The chunk's JSON, with or without the `usage` key."""
+        return self.model_dump(exclude=None if include_usage else {"usage"})
+
+
+class CompletionChoice(WireModel):
+    """`choices[0]` of a text completion."""
+
+    index: int = 0
+    text: str
+    logprobs: None = None
+    finish_reason: OpenAIFinish | None = None
+
+
+class Completion(WireModel):
+    """A text completion, whole or one stream chunk (the last of which may carry only `usage`)."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Annotated[UsageInfo | None, OMIT_IF_NONE] = None
+
+
+class StreamErrorDetail(WireModel):
+    """`error` of an error event in a stream."""
+
+    message: str
+    type: str = "server_error"
+    param: None = None
+    code: None = None
+
+
+class StreamError(WireModel):
+    """The event a chat stream sends when generation fails after the headers went out."""
+
+    error: StreamErrorDetail
+
+
+class ModelCard(WireModel):
+    """A /v1/models entry; an alias names the model it stands for in `alias_for`."""
+
+    id: str
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str = "launcher"
+    context_length: int
+    max_model_len: int
+    max_output_tokens: int | None
+    engine: str
+    engine_reason: str
+    engine_version: str
+    quant: str | None
+    architecture: str
+    format: str
+    parallel: int
+    can_embed: bool
+    alias_for: Annotated[str | None, OMIT_IF_NONE] = None
+
+
+class ModelList(WireModel):
+    """GET /v1/models."""
+
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class Embedding(WireModel):
+    """One vector of an embeddings reply."""
+
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float]
+
+
+class EmbeddingUsage(WireModel):
+    """`usage` of an embeddings reply."""
+
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingList(WireModel):
+    """POST /v1/embeddings."""
+
+    object: Literal["list"] = "list"
+    data: list[Embedding]
+    model: str
+    usage: EmbeddingUsage

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final, TypeVar
 
 import anyio
+from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
 ItemT = TypeVar("ItemT")
@@ -38,15 +39,20 @@ COMMENT_KEEPALIVE = b": keep-alive\n\n"
 """An SSE comment: clients ignore it, but the bytes reset their read timeouts."""
 
 
+def _json(payload: Any) -> str:
+    if isinstance(payload, BaseModel):  # a response model (schemas_*): its wire form
+        payload = payload.model_dump()
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+
+
 def data_event(payload: Any) -> bytes:
     """`data: {json}` (OpenAI style)."""
-    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+    return f"data: {_json(payload)}\n\n".encode()
 
 
 def named_event(name: str, payload: Any) -> bytes:
     """`event: name` + `data: {json}` (Anthropic and Responses style)."""
-    body = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-    return f"event: {name}\ndata: {body}\n\n".encode()
+    return f"event: {name}\ndata: {_json(payload)}\n\n".encode()
 
 
 DONE = b"data: [DONE]\n\n"
