@@ -1,4 +1,4 @@
-"""Bits per weight of each quant (resources/advisor/quants.csv, with a source column)."""
+"""Bits per weight of each quant (launcher/resources/advisor/quants.csv, with a source column)."""
 
 from __future__ import annotations
 

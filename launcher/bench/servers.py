@@ -12,7 +12,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -22,6 +21,7 @@ from typing import IO, Any
 
 import httpx
 
+from launcher.core.child_process import launcher_command
 from launcher.core.errors import ServerError
 
 READY_PREFIX = "LAUNCHER_READY "
@@ -85,7 +85,7 @@ def launcher_serve(
 
     Raises ServerError with the server's LAUNCHER_ERROR message (or its exit) when it fails to start.
     """
-    command = [sys.executable, "-m", "launcher", "serve", *serve_args]
+    command = [*launcher_command(), "serve", *serve_args]
     log = open(log_path, "w", encoding="utf-8") if log_path else subprocess.DEVNULL  # noqa: SIM115
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=_child_env())
     lines: list[str] = []

@@ -1,4 +1,4 @@
-"""Load the curated catalog from resources/catalog/models.toml."""
+"""Load the curated catalog from launcher/resources/catalog/models.toml."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Typed catalog entries (the data lives in resources/catalog/models.toml).
+"""Typed catalog entries (the data lives in launcher/resources/catalog/models.toml).
 
 Each entry carries the architecture numbers the advisor needs and, per format, where the
 weights live on the Hugging Face Hub.

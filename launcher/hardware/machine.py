@@ -47,7 +47,7 @@ class GpuInfo:
     memory_total: int
     memory_free: int
     compute_capability: tuple[int, int] | None = None  # NVIDIA only
-    memory_bandwidth: float | None = None  # bytes/s, from resources/hardware/gpus.csv
+    memory_bandwidth: float | None = None  # bytes/s, from launcher/resources/hardware/gpus.csv
     fp16_tflops: float | None = None  # dense tensor-core FP16, from the same table
     link: str | None = None  # "NVLink x4" / "PCIe 4.0 x16"
     nvlink_peers: tuple[int, ...] = ()

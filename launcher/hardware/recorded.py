@@ -1,4 +1,4 @@
-"""Recorded machines (resources/hardware/machines/*.json, `Machine.to_json` format), loadable by name.
+"""Recorded machines (launcher/resources/hardware/machines/*.json, `Machine.to_json` format), loadable by name.
 
 The UI screenshots, the advisor tests and `launcher detect --recorded NAME` replay these
 instead of the machine they run on.

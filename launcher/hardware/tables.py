@@ -1,4 +1,4 @@
-"""The hardware data tables in resources/hardware/: GPU and Apple-chip bandwidth and throughput.
+"""The hardware data tables in launcher/resources/hardware/: GPU and Apple-chip bandwidth and throughput.
 
 Drivers report names, not bandwidths; the advisor's speed estimate needs bandwidth
 (decode is memory-bound), so the probe looks the card up here. Each row names its source.

@@ -12,11 +12,12 @@ import time
 
 import psutil
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QGuiApplication, QIcon
 from PySide6.QtWidgets import QApplication, QMessageBox, QSystemTrayIcon
 
 from launcher.core import settings as settings_store
 from launcher.core.errors import ConfigError
+from launcher.core.paths import resources_dir
 from launcher.hardware.machine import Machine
 from launcher.ui import theme, workers
 from launcher.ui.main_window import MainWindow
@@ -36,8 +37,22 @@ def create_application() -> QApplication:
     app.setApplicationDisplayName("Launcher")
     app.setOrganizationName("launcher")
     app.setDesktopFileName("launcher")
-    app.setWindowIcon(theme.app_icon())
+    app.setWindowIcon(window_icon())
     return app
+
+
+def window_icon() -> QIcon:
+    """The app icon from launcher/resources/icons (the PNGs the installers use, packaging/make_icons.py),
+    so the window, tray and taskbar show the same picture as the dock, Start menu and desktop entry;
+    the drawn one if the files are missing."""
+    folder = resources_dir() / "icons"
+    files = sorted(folder.glob("launcher-*.png"))
+    if not files:
+        return theme.app_icon()
+    icon = QIcon()
+    for path in files:
+        icon.addFile(str(path))
+    return icon
 
 
 def seconds_since_process_start() -> float:
@@ -66,6 +81,7 @@ def run_app(
 
         machine = load_recorded(machine_name)  # ConfigError lists the known names
     window = MainWindow(settings, machine=machine, save_settings=not measure_startup)
+    window.setWindowIcon(app.windowIcon())  # the packaged icon files, over the window's drawn one
     tray = None
     if QSystemTrayIcon.isSystemTrayAvailable() and not measure_startup:
         from launcher.ui.tray import Tray

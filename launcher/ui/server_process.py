@@ -1,7 +1,8 @@
 """`ServerProcess`: the `launcher serve` child process, wrapped in a QObject.
 
 The app never loads a model itself, so a crashing engine cannot take the window down: it runs
-`python -m launcher serve ...` with arguments from `ServeConfig.to_argv()`, reads the lines
+`launcher serve ...` (`child_process.launcher_command()`: `python -m launcher` from source, the app
+itself when frozen) with arguments from `ServeConfig.to_argv()`, reads the lines
 `launcher/cli/serve.py` prints to stdout (`LAUNCHER_READY {json}` / `LAUNCHER_ERROR {json}`)
 and forwards stderr line by line to the log view. When the process ends, `finished` carries a
 `ServerOutcome` whose `str()` is the text the user sees: stopped, failed to load (with the
@@ -14,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +23,9 @@ from typing import Any, Literal
 
 from PySide6.QtCore import QCoreApplication, QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
+from launcher.core.child_process import launcher_command, parent_environment
 from launcher.core.config import API_KEY_ENV, ServeConfig
+from launcher.core.paths import is_frozen
 
 READY_PREFIX = "LAUNCHER_READY "
 ERROR_PREFIX = "LAUNCHER_ERROR "
@@ -105,29 +107,16 @@ class ServerOutcome:
 
 
 def serve_command(config: ServeConfig, *, log_level: str = "INFO") -> tuple[str, list[str]]:
-    """Program and arguments that run `launcher serve` for this config with this interpreter."""
-    return sys.executable, ["-m", "launcher", "--log-level", log_level, "serve", *config.to_argv()]
+    """Program and arguments that run `launcher serve` for this config, the way this app was started."""
+    program, *prefix = launcher_command()
+    return program, [*prefix, "--log-level", log_level, "serve", *config.to_argv()]
 
 
-# Linux: the child asks the kernel for SIGTERM when the app dies (even by SIGKILL or a crash), then
-# execs the real command, keeping its pid. Without it a crashed app would leave the server running.
-_PARENT_DEATH_WRAPPER = (
-    "import ctypes, os, signal, sys\n"
-    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG\n"
-    "if os.getppid() != int(sys.argv[1]):\n"
-    "    sys.exit(0)  # the app died before we got here\n"
-    "try:\n"
-    "    os.execv(sys.argv[2], sys.argv[2:])\n"
-    "except OSError as err:\n"
-    "    sys.exit(f'cannot run {sys.argv[2]}: {err}')\n"
-)
-
-
-def with_parent_death_signal(program: str, arguments: list[str]) -> tuple[str, list[str]]:
-    """Wrap a command so it is terminated when this process dies (Linux; unchanged elsewhere)."""
-    if not sys.platform.startswith("linux"):
-        return program, arguments
-    return sys.executable, ["-c", _PARENT_DEATH_WRAPPER, str(os.getpid()), program, *arguments]
+def shown_command(program: str, arguments: list[str]) -> list[str]:
+    """The command as the log shows it: `launcher serve ...` rather than the interpreter or bundle path."""
+    prefix = launcher_command()
+    full = [program, *arguments]
+    return ["launcher", *full[len(prefix) :]] if full[: len(prefix)] == prefix else full
 
 
 def _child_environment(config: ServeConfig) -> QProcessEnvironment:
@@ -135,12 +124,18 @@ def _child_environment(config: ServeConfig) -> QProcessEnvironment:
     env.remove(API_KEY_ENV)  # a key in the user's shell must not lock the app out of its own server
     for name, value in config.to_environment().items():  # the API key, kept out of the process list
         env.insert(name, value)
+    # Linux: the child arms PR_SET_PDEATHSIG for this pid (core.child_process.follow_parent), so a
+    # crashed or killed app does not leave the server running.
+    for name, value in parent_environment().items():
+        env.insert(name, value)
     env.insert("PYTHONUNBUFFERED", "1")
     env.insert("PYTHONIOENCODING", "utf-8")
-    # Make `-m launcher` work from a source checkout that is not pip-installed.
-    source_root = str(Path(__file__).resolve().parents[2])
-    existing = env.value("PYTHONPATH", "")
-    env.insert("PYTHONPATH", source_root + (os.pathsep + existing if existing else ""))
+    if not is_frozen():
+        # Make `-m launcher` work from a source checkout that is not pip-installed. A frozen app
+        # carries its own modules (and its build sets unbuffered, UTF-8 streams itself).
+        source_root = str(Path(__file__).resolve().parents[2])
+        existing = env.value("PYTHONPATH", "")
+        env.insert("PYTHONPATH", source_root + (os.pathsep + existing if existing else ""))
     return env
 
 
@@ -207,8 +202,7 @@ class ServerProcess(QObject):
             self._finish(ServerOutcome("failed_to_start", None, None, f"{program} is not an executable program."))
             return
         process = QProcess(self)
-        shown = ["launcher", *arguments[2:]] if arguments[:2] == ["-m", "launcher"] else [program, *arguments]
-        program, arguments = with_parent_death_signal(program, arguments)
+        shown = shown_command(program, arguments)
         process.setProgram(program)
         process.setArguments(arguments)
         process.setProcessEnvironment(_child_environment(config))

@@ -1,4 +1,4 @@
-"""Small hand-built machines for hand-checked advisor numbers (recorded machines live in resources/)."""
+"""Small hand-built machines for hand-checked advisor numbers (recorded machines live in launcher/resources/)."""
 
 from __future__ import annotations
 

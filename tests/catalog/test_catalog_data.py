@@ -1,6 +1,6 @@
 """The shipped catalog validates, is internally consistent, and bad catalog data is refused clearly.
 
-These tests read the real resources/catalog/models.toml: a wrong number there would give users a
+These tests read the real launcher/resources/catalog/models.toml: a wrong number there would give users a
 wrong "will it fit" answer, which is the complaint the launcher exists to fix.
 """
 
@@ -265,7 +265,9 @@ def test_advisor_has_a_bits_per_weight_figure_for_every_catalog_quant(shipped: C
     for model in shipped.models:
         for fmt in model.formats():
             for quant in model.quants(fmt):
-                assert quant.upper() in listed[fmt], f"{model.id}: {fmt} {quant} not in resources/advisor/quants.csv"
+                assert quant.upper() in listed[fmt], (
+                    f"{model.id}: {fmt} {quant} not in launcher/resources/advisor/quants.csv"
+                )
 
 
 def test_gated_upstreams_are_marked_and_listed_files_are_community_quants(shipped: Catalog) -> None:

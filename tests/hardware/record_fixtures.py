@@ -3,7 +3,7 @@
     PYTHONPATH=. python -m tests.hardware.record_fixtures            # the raw-backed machines
     PYTHONPATH=. python -m tests.hardware.record_fixtures --this-machine NAME
 
-Each file goes to resources/hardware/machines/ (what `load_recorded` reads) and a copy to
+Each file goes to launcher/resources/hardware/machines/ (what `load_recorded` reads) and a copy to
 tests/hardware/fixtures/; test_recorded.py keeps both in step with the probe.
 """
 

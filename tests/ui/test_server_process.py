@@ -128,31 +128,62 @@ def test_real_server_killed_is_reported_as_a_crash(qtbot, tiny_gguf) -> None:  #
     assert "crashed" in str(outcome)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
-def test_server_dies_with_a_crashed_app(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import subprocess
+# A child that starts the way every launcher child does (launcher/__main__.py calls follow_parent
+# first), then idles: the server's start-up without loading a model.
+FOLLOWING_CHILD = (
+    "from launcher.core.child_process import follow_parent\nfollow_parent()\nimport time\ntime.sleep(600)\n"
+)
 
-    app_script = (
+
+def _app_script(server_arguments: str, announce_on: str) -> str:
+    """An app (a QCoreApplication with a ServerProcess(server_arguments)) that prints its server's
+    pid when the server emits `announce_on` ("started" or "ready"); the model is its argv[1]."""
+    return (
         "import sys\n"
         "from PySide6.QtCore import QCoreApplication\n"
         "from launcher.core.config import ServeConfig\n"
         "from launcher.ui.server_process import ServerProcess\n"
         "app = QCoreApplication([])\n"
-        "server = ServerProcess(command=lambda c: (sys.executable, ['-c', 'import time; time.sleep(600)']))\n"
-        "server.started.connect(lambda: print(server.pid, flush=True))\n"
-        "server.start(ServeConfig())\n"
+        f"server = ServerProcess({server_arguments})\n"
+        f"server.{announce_on}.connect(lambda *_: print(server.pid, flush=True))\n"
+        "model = sys.argv[1] if len(sys.argv) > 1 else ''\n"
+        "server.start(ServeConfig(model=model, port=0, parallel=1, context=512))\n"
         "app.exec()\n"
     )
-    app = subprocess.Popen([sys.executable, "-c", app_script], stdout=subprocess.PIPE, text=True)
+
+
+def _kill_app_and_watch_server(app_script: str, *args: str) -> list[psutil.Process]:
+    import subprocess
+
+    app = subprocess.Popen([sys.executable, "-c", app_script, *args], stdout=subprocess.PIPE, text=True)
     try:
-        server_pid = int(app.stdout.readline())
-        server = psutil.Process(server_pid)
+        line = app.stdout.readline()  # type: ignore[union-attr]
+        assert line.strip(), "the app ended before its server started"
+        server = psutil.Process(int(line))
+        family = [server, *server.children(recursive=True)]
         assert server.is_running()
     finally:
         app.kill()  # the app "crashes": no aboutToQuit, no destructor
         app.wait()
-        app.stdout.close()
-    _gone, alive = psutil.wait_procs([server], timeout=20)
+        app.stdout.close()  # type: ignore[union-attr]
+    _gone, alive = psutil.wait_procs(family, timeout=20)
     for process in alive:
         process.kill()
+    return alive
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_server_dies_with_a_crashed_app() -> None:
+    """The app names itself in the child's environment; the child arms the parent-death signal."""
+    command = f"command=lambda c: (sys.executable, ['-c', {FOLLOWING_CHILD!r}])"
+    alive = _kill_app_and_watch_server(_app_script(command, "started"))
+    assert not alive, "the server outlived the app"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_real_server_dies_with_a_crashed_app(tiny_gguf) -> None:  # type: ignore[no-untyped-def]
+    """The real `launcher serve` child, started by `serve_command` as the app does, model loaded."""
+    pytest.importorskip("launcher.cli.serve")
+    alive = _kill_app_and_watch_server(_app_script("", "ready"), str(tiny_gguf))
     assert not alive, "the server outlived the app"

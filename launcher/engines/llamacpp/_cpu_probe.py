@@ -6,6 +6,10 @@ matrix multiply kills the whole process with SIGILL (seen on this project's CI m
 the CPU advertises AMX we load the model once in a child process and decode a few tokens; if
 the child dies, the engine loads without llama.cpp's extra CPU buffer types (AMX and repacked
 weights). LAUNCHER_LLAMACPP_EXTRA_BUFFERS=0/1 skips the probe.
+
+The child is the launcher itself running the hidden `launcher _llamacpp-cpu-probe MODEL` command
+(`run_probe`), started like every launcher child (`core.child_process.launcher_command`), so it
+works the same from source and in a frozen app, which has no Python to run a `-c` script with.
 """
 
 from __future__ import annotations
@@ -15,24 +19,45 @@ import logging
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+
+from launcher.core.child_process import launcher_command
 
 log = logging.getLogger("launcher.engines.llamacpp")
 
-_PROBE = r"""
-import sys, llama_cpp as L
-quiet = L.llama_log_callback(lambda level, text, data: None)  # kept alive: llama.cpp calls it later
-L.llama_log_set(quiet, None)
-L.llama_backend_init()
-model = L.llama_model_load_from_file(sys.argv[1].encode(), L.llama_model_default_params())
-params = L.llama_context_default_params()
-params.n_ctx, params.n_batch, params.n_ubatch, params.n_threads, params.n_threads_batch = 256, 64, 64, 2, 2
-context = L.llama_init_from_model(model, params)
-tokens = (L.llama_token * 8)(*([1] * 8))
-assert L.llama_decode(context, L.llama_batch_get_one(tokens, 8)) == 0
-assert L.llama_decode(context, L.llama_batch_get_one(tokens, 1)) == 0
-print("ok")
-"""
+PROBE_COMMAND = "_llamacpp-cpu-probe"
+"""The hidden subcommand (launcher/cli/__init__.py) that runs `run_probe` in a child process."""
+
+
+def run_probe(arguments: Sequence[str]) -> int:
+    """The child's side: load the model and decode a few tokens; prints "ok" when it got through.
+
+    Where the AMX kernels trap, this process dies of SIGILL before printing, which is the answer.
+    """
+    if len(arguments) != 1:
+        print(f"usage: launcher {PROBE_COMMAND} MODEL.gguf", file=sys.stderr)
+        return 2
+    from launcher.engines.llamacpp._native import llama
+
+    lib = llama()  # llama.cpp's log goes to Python logging, which the CLI keeps at warnings
+    model = lib.llama_model_load_from_file(arguments[0].encode(), lib.llama_model_default_params())
+    if not model:
+        print(f"cannot load {arguments[0]}", file=sys.stderr)
+        return 1
+    params = lib.llama_context_default_params()
+    params.n_ctx, params.n_batch, params.n_ubatch, params.n_threads, params.n_threads_batch = 256, 64, 64, 2, 2
+    context = lib.llama_init_from_model(model, params)
+    if not context:
+        print("cannot create a context", file=sys.stderr)
+        return 1
+    tokens = (lib.llama_token * 8)(*([1] * 8))
+    if lib.llama_decode(context, lib.llama_batch_get_one(tokens, 8)) != 0:
+        return 1
+    if lib.llama_decode(context, lib.llama_batch_get_one(tokens, 1)) != 0:
+        return 1
+    print("ok", flush=True)
+    return 0
 
 
 def _cpu_flags() -> set[str]:
@@ -56,7 +81,7 @@ def extra_buffer_types_usable(model_path: Path) -> bool:
         return True
     try:
         result = subprocess.run(
-            [sys.executable, "-c", _PROBE, str(model_path)],
+            [*launcher_command(), PROBE_COMMAND, str(model_path)],
             capture_output=True,
             text=True,
             timeout=300,

@@ -1,0 +1,119 @@
+"""Installing a GPU pack: download with progress, check the sha256, unpack, and only then make it visible.
+
+The archive goes to a partial file in the packs folder (a download that stops resumes there), is
+checked against the index's sha256, and is unpacked into a hidden folder that is renamed into
+place last, with `pack.json` recording each file's size and sha256. A failure at any step leaves
+no half-installed pack behind: the engine sees either the whole pack or none.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tarfile
+import threading
+from pathlib import Path, PurePosixPath
+
+from launcher.catalog.progress import ProgressCallback, ProgressTracker
+from launcher.catalog.transfer import BackgroundHasher, stream_to_file
+from launcher.core.errors import ChecksumError, DownloadError
+from launcher.engines.llamacpp.gpu_packs import (
+    PACK_MANIFEST,
+    InstalledManifest,
+    InstalledPack,
+    PackEntry,
+    check_pack,
+    file_digest,
+    packs_dir,
+)
+
+_LIBRARY_SUFFIXES = (".so", ".dll", ".dylib")
+
+
+def install_pack(
+    entry: PackEntry,
+    *,
+    progress: ProgressCallback | None = None,
+    cancel: threading.Event | None = None,
+) -> InstalledPack:
+    """Download, verify and unpack `entry` into the packs folder, replacing an older copy of it."""
+    root = packs_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    archive = root / f".{entry.name}.tar.gz.partial"
+    tracker = ProgressTracker(entry.size_bytes, 1, progress, cancel)
+    tracker.start()
+    on_disk = archive.stat().st_size if archive.exists() else 0
+    tracker.start_file(entry.url.rsplit("/", 1)[-1], already_on_disk=on_disk)
+    hasher = BackgroundHasher.sha256(resume_from=archive if on_disk else None, resume_bytes=on_disk)
+    try:
+        stream_to_file(
+            entry.url, archive, headers={}, expected_size=entry.size_bytes, hasher=hasher, on_bytes=tracker.advance
+        )
+    except BaseException:
+        hasher.abort()
+        raise
+    tracker.verifying()
+    digest = hasher.hexdigest()
+    if digest != entry.sha256:
+        archive.unlink(missing_ok=True)
+        raise ChecksumError(
+            f"The {entry.label or entry.name} pack did not download intact (sha256 {digest[:12]}…, expected "
+            f"{entry.sha256[:12]}…); nothing was installed. Try again."
+        )
+    tracker.finish_file()
+    installed = _unpack(entry, archive, root)
+    archive.unlink(missing_ok=True)
+    tracker.finish()
+    return installed
+
+
+def _unpack(entry: PackEntry, archive: Path, root: Path) -> InstalledPack:
+    staging = root / f".{entry.name}.unpacking"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        files = _extract(archive, staging)
+        library = _backend_library(files, entry)
+        manifest = InstalledManifest(
+            entry=entry,
+            files={name: (path.stat().st_size, file_digest(path)) for name, path in files.items()},
+            library=library,
+        )
+        (staging / PACK_MANIFEST).write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
+        target = root / entry.name
+        old = root / f".{entry.name}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        if target.exists():
+            target.rename(old)
+        staging.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return check_pack(target)
+
+
+def _extract(archive: Path, into: Path) -> dict[str, Path]:
+    """Regular files only, and none outside `into` (an archive cannot write elsewhere)."""
+    files: dict[str, Path] = {}
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            for member in tar.getmembers():
+                name = PurePosixPath(member.name)
+                if member.isdir() or name.name == PACK_MANIFEST:
+                    continue
+                if not member.isfile() or name.is_absolute() or ".." in name.parts:
+                    raise DownloadError(f"{archive.name} holds {member.name!r}, which a GPU pack may not")
+                tar.extract(member, into, filter="data")
+                files[str(name)] = into / str(name)
+    except (tarfile.TarError, OSError) as err:
+        raise DownloadError(f"The GPU pack could not be unpacked ({err}); nothing was installed.") from err
+    return files
+
+
+def _backend_library(files: dict[str, Path], entry: PackEntry) -> str:
+    """The ggml backend library of the pack (libggml-cuda.so, ggml-vulkan.dll, ...)."""
+    for name in files:
+        base = PurePosixPath(name).name
+        if f"ggml-{entry.backend}" in base and base.endswith(_LIBRARY_SUFFIXES):
+            return name
+    raise DownloadError(f"The {entry.name} pack has no ggml-{entry.backend} library; nothing was installed.")
