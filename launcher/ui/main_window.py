@@ -209,6 +209,8 @@ class MainWindow(QMainWindow):
         """Use this machine for every recommendation and show it."""
         self.machine = machine
         self.machine_page.set_machine(machine)
+        if self.this_machine:
+            self.machine_page.show_gpu_pack(machine)
         self.machine_summary.setText(machine_summary(machine))
         self.models_page.set_machine(machine, this_machine=self.this_machine)
         self.machine_changed.emit(machine)
@@ -362,6 +364,7 @@ class MainWindow(QMainWindow):
         self._stop_poller()
         self.models_page.shutdown()
         self.chat_page.shutdown()
+        self.machine_page.gpu_pack.shutdown()
         self.server.stop_and_wait()
         workers.pool().waitForDone(5000)
         self._persist()

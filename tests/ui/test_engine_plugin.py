@@ -15,6 +15,7 @@ from launcher import engine_specs
 from launcher.advisor.options import candidate_options
 from launcher.catalog.catalog import find
 from launcher.cli import main
+from launcher.core.errors import EngineUnavailableError
 from launcher.engine_specs import Availability, EngineSpec
 from launcher.hardware.machine import Machine
 from launcher.ui.panels.server import ServerPanel
@@ -95,5 +96,5 @@ def test_a_plugged_in_engine_is_in_the_apps_engine_list(qtbot) -> None:  # type:
 
 def test_without_the_plugin_the_engine_is_unknown() -> None:
     assert "standin" not in engine_specs.names()
-    with pytest.raises(Exception, match="Unknown engine 'standin'. Known engines: llamacpp, mlx"):
+    with pytest.raises(EngineUnavailableError, match=r"Unknown engine 'standin'\. Known engines: llamacpp, mlx"):
         engine_specs.get_spec("standin")

@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QScrollArea, QVBoxLayout, QWi
 from launcher.core.units import format_bytes, format_rate
 from launcher.hardware.machine import GpuInfo, Machine
 from launcher.ui import theme
+from launcher.ui.panels.gpu_pack import GpuPackCard
 from launcher.ui.widgets.card import Card, muted
 
 # Features that change which kernels an engine can use; shown first and in bold.
@@ -96,8 +97,17 @@ class MachinePanel(QWidget):
         self._grid = QGridLayout()
         self._grid.setSpacing(12)
         self._layout.addLayout(self._grid)
+        # This computer's GPU engine (filled by the window only for this machine, not a recorded one).
+        self.gpu_pack = GpuPackCard()
+        self.gpu_pack.setVisible(False)
+        self._layout.addWidget(self.gpu_pack)
         self._layout.addStretch(1)
         self.cards: dict[str, Card] = {}
+
+    def show_gpu_pack(self, machine: Machine) -> None:
+        """Show the GPU engine card for this computer (`machine` is what was detected here)."""
+        self.gpu_pack.setVisible(True)
+        self.gpu_pack.set_machine(machine)
 
     def set_probing(self) -> None:
         """Show that a probe is running."""
