@@ -25,6 +25,7 @@ from importlib import import_module
 from typing import Literal
 
 from launcher.core.errors import EngineUnavailableError
+from launcher.core.paths import is_frozen
 from launcher.hardware.machine import Machine
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,13 @@ class EngineSpec:
 
     @property
     def install_hint(self) -> str:
-        """How to install the runtime."""
+        """How to get the runtime, as this copy of the launcher was installed: the double-click app
+        has no pip, and its engines are the ones it was built with."""
+        if is_frozen():
+            return (
+                f"this app does not carry {self.label}; run the launcher from its Python package for it "
+                f"(pip install 'launcher[{self.pip_extra}]')"
+            )
         return f"pip install 'launcher[{self.pip_extra}]'"
 
     def installed_version(self) -> str | None:

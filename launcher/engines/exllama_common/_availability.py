@@ -11,7 +11,7 @@ import importlib.metadata
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from launcher.engine_specs import Availability
+from launcher.engine_specs import Availability, get_spec
 from launcher.hardware.machine import GpuInfo, Machine
 
 FLASH_ATTN_PAGED = (2, 5, 7)  # exllamav2/attn.py: paged attention needs flash-attn >= 2.5.7
@@ -79,7 +79,7 @@ def check_cuda_engine(
     *,
     package: str,
     label: str,
-    extra: str,
+    engine: str,
     min_compute: tuple[int, int] | None,
     compute_hint: str = "",
 ) -> Availability | tuple[str, CudaStatus]:
@@ -89,11 +89,11 @@ def check_cuda_engine(
     """
     version = env.package_version(package)
     if version is None:
-        return Availability(usable=False, reason=f"not installed: pip install 'launcher[{extra}]'")
+        return Availability(usable=False, reason=f"not installed: {get_spec(engine).install_hint}")
     if env.package_version("torch") is None:
         return Availability(
             usable=False,
-            reason=f"not installed: {label} needs PyTorch with CUDA (pip install 'launcher[{extra}]')",
+            reason=f"not installed: {label} needs PyTorch with CUDA ({get_spec(engine).install_hint})",
             version=version,
         )
     gpus = machine.nvidia_gpus

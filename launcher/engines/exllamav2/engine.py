@@ -40,6 +40,7 @@ from launcher.engines.exllama_common._hf_files import HfModelFiles
 from launcher.engines.exllama_common._sampling import v2_settings_kwargs
 from launcher.engines.exllama_common._sizing import CachePlan
 from launcher.engines.exllamav2._filter import llguidance_filter_class
+from launcher.engines.exllamav2.spec import SPEC
 from launcher.hardware.machine import Machine
 
 log = logging.getLogger("launcher.engines.exllamav2")
@@ -67,7 +68,7 @@ def import_runtime() -> V2Runtime:
         import exllamav2.generator.filters
         import torch
     except ImportError as err:
-        raise EngineUnavailableError(f"ExLlamaV2 is not installed ({err}): pip install 'launcher[exllamav2]'") from err
+        raise EngineUnavailableError(f"ExLlamaV2 is not installed ({err}): {SPEC.install_hint}") from err
     return V2Runtime(exllamav2, exllamav2.generator, exllamav2.generator.filters, exllamav2.attn, torch)
 
 
@@ -176,7 +177,7 @@ class ExLlamaV2Engine(ExLlamaEngineBase):
     def availability(self, machine: Machine) -> Availability:
         """Installed, an NVIDIA GPU and a CUDA build of torch; says when batching is off (no flash-attn)."""
         checked = check_cuda_engine(
-            machine, self._env, package="exllamav2", label="ExLlamaV2", extra="exllamav2", min_compute=None
+            machine, self._env, package="exllamav2", label="ExLlamaV2", engine="exllamav2", min_compute=None
         )
         if isinstance(checked, Availability):
             return checked

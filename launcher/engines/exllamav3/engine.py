@@ -31,6 +31,7 @@ from launcher.engines.exllama_common._engine import ExLlamaEngineBase, Generator
 from launcher.engines.exllama_common._hf_files import HfModelFiles
 from launcher.engines.exllama_common._sampling import combo_sampler_kwargs
 from launcher.engines.exllama_common._sizing import CachePlan
+from launcher.engines.exllamav3.spec import SPEC
 from launcher.hardware.machine import Machine
 
 log = logging.getLogger("launcher.engines.exllamav3")
@@ -53,7 +54,7 @@ def import_runtime() -> V3Runtime:
         import exllamav3
         import torch
     except ImportError as err:
-        raise EngineUnavailableError(f"ExLlamaV3 is not installed ({err}): pip install 'launcher[exllamav3]'") from err
+        raise EngineUnavailableError(f"ExLlamaV3 is not installed ({err}): {SPEC.install_hint}") from err
     return V3Runtime(exllamav3, torch)
 
 
@@ -133,7 +134,7 @@ class ExLlamaV3Engine(ExLlamaEngineBase):
             self._env,
             package="exllamav3",
             label="ExLlamaV3",
-            extra="exllamav3",
+            engine="exllamav3",
             min_compute=MIN_COMPUTE,
             compute_hint="use EXL2 or GGUF",
         )

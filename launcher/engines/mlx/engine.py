@@ -27,6 +27,7 @@ from launcher.engines.mlx._sampling import GrammarCompiler
 from launcher.engines.mlx._scheduler import Loaded, Scheduler
 from launcher.engines.mlx._tokens import TokenizerAccess
 from launcher.engines.mlx.model import MlxModel
+from launcher.engines.mlx.spec import SPEC
 from launcher.hardware.machine import Machine
 
 log = logging.getLogger("launcher.engines.mlx")
@@ -34,7 +35,6 @@ log = logging.getLogger("launcher.engines.mlx")
 # MLX allocates KV memory as sequences grow (nothing is reserved up front), so the default
 # context can be roomy: enough for coding agents, which need 25-32k tokens.
 DEFAULT_CONTEXT = 32768
-_INSTALL_HINT = "pip install 'launcher[mlx]'"
 _DTYPE_LABELS = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 _DTYPE_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
 
@@ -51,7 +51,7 @@ class MlxEngine:
             import mlx.core as mx
             import mlx_lm  # noqa: F401  (the engine needs both packages)
         except ImportError as err:
-            return Availability(usable=False, reason=f"not installed ({err.name}): {_INSTALL_HINT}")
+            return Availability(usable=False, reason=f"not installed ({err.name}): {SPEC.install_hint}")
         version = _version("mlx")
         lm_version = _version("mlx-lm")
         if mx.metal.is_available():
@@ -76,7 +76,7 @@ class MlxEngine:
             import mlx_lm.generate  # noqa: F401
             from mlx_lm.utils import load as mlx_load
         except ImportError as err:
-            raise EngineUnavailableError(f"The MLX engine is not installed ({err.name}): {_INSTALL_HINT}") from None
+            raise EngineUnavailableError(f"The MLX engine is not installed ({err.name}): {SPEC.install_hint}") from None
 
         def loader() -> Loaded:
             try:
