@@ -22,10 +22,10 @@ def probe_here(library: Path) -> tuple[str, int]:
     Raises OSError when it does not load or is not a ggml backend."""
     from launcher.engines.llamacpp import _native
 
-    _native.llama()  # the bindings load libggml and its base library first
-    from llama_cpp import _ggml
-
-    libggml = _ggml.libggml
+    # The libggml libllama uses: another copy of the file would be a second, separate registry.
+    libggml = _native.ggml_registry()
+    if libggml is None:
+        raise OSError("this llama.cpp build cannot load backends at run time")
     libggml.ggml_backend_load.argtypes = [ctypes.c_char_p]
     libggml.ggml_backend_load.restype = ctypes.c_void_p
     libggml.ggml_backend_reg_dev_count.argtypes = [ctypes.c_void_p]

@@ -10,11 +10,13 @@ from __future__ import annotations
 import logging
 import os
 import re
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
 
 from launcher.advisor.fit import KvType, kv_cache_bytes
+from launcher.core.child_process import launcher_command
 from launcher.core.config import ServeConfig
 from launcher.core.errors import EngineError, ModelDoesNotFitError, ModelFormatError
 from launcher.core.model_types import LocalModel
@@ -22,10 +24,12 @@ from launcher.core.units import MIB
 from launcher.engine_specs import Availability
 from launcher.engines.base import ModelInfo
 from launcher.engines.llamacpp import _native
+from launcher.engines.llamacpp._backend_probe import probe_in_child
 from launcher.engines.llamacpp._cpu_probe import extra_buffer_types_usable
 from launcher.engines.llamacpp._embedding import Embedder
 from launcher.engines.llamacpp._gguf_header import GgufHeader, check_gguf_file
 from launcher.engines.llamacpp._sliding_window import CheckpointStore
+from launcher.engines.llamacpp.gpu_packs import load_installed_pack
 from launcher.engines.llamacpp.model import LlamaCppModel, RuntimeSettings
 from launcher.engines.llamacpp.spec import SPEC
 from launcher.hardware.machine import Machine
@@ -57,7 +61,10 @@ class LlamaCppEngine:
         info = _native.system_info(llama_cpp)
         backend = _backend_name(info) if gpu else "cpu"
         features = [f for f in _native.cpu_features(info) if f.startswith(("AVX", "NEON", "AMX", "SVE"))]
-        detail = ", ".join([backend.upper() if backend != "cpu" else "CPU", *features[:4]])
+        variant = _native.cpu_variant()  # the CPU backend a portable build chose at start: "haswell"
+        cpu = f"CPU {variant}" if variant else "CPU"
+        head = [cpu] if backend == "cpu" else [backend.upper(), *([cpu] if variant else [])]
+        detail = ", ".join([*head, *features[:4]])
         return Availability(
             usable=True, reason=f"llama-cpp-python {version} ({detail})", version=version, backend=backend
         )
@@ -68,6 +75,11 @@ class LlamaCppEngine:
         header = check_gguf_file(path)
         architecture = header.architecture
         llama_cpp = _native.llama()
+        # A GPU pack in the data folder (CUDA, Vulkan) joins the backends first; a missing or
+        # damaged one is passed over with a warning and the CPU runs the model.
+        load_installed_pack(
+            _version(), partial(probe_in_child, launcher_argv=launcher_command()), _native.load_backends
+        )
         model_pointer = _load_model(llama_cpp, path, header, config)
         try:
             return _build(llama_cpp, model_pointer, model, path, architecture, config)

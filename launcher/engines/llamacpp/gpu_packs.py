@@ -259,3 +259,18 @@ def fetch_index(source: str) -> PackIndex:
         return read_index(Path(source).read_text(encoding="utf-8"), source)
     except OSError as err:
         raise ValueError(f"the GPU pack index {source} could not be read ({err})") from err
+
+
+def load_installed_pack(engine_version: str | None, probe: Probe, load: Callable[[list[Path]], object]) -> PackChoice:
+    """Before a model loads: hand the folder of the first installed pack that fits this machine and
+    loads in a child to `load` (the engine's backend loader). Nothing to do, and no hardware probe,
+    when no pack is installed; with none usable the CPU backend runs and the problems are logged."""
+    if not installed_packs():
+        return PackChoice((), ())
+    from launcher.hardware.probe import probe_machine
+
+    choice = choose_installed(probe_machine(), engine_version, probe)
+    if choice.libraries:
+        load([library.parent for library in choice.libraries])
+        log.info("GPU pack loaded: %s", ", ".join(str(library) for library in choice.libraries))
+    return choice

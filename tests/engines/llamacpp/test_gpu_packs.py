@@ -172,3 +172,48 @@ def test_a_pack_built_by_the_release_script_installs_from_its_index(served: tupl
     assert pack.problem is None and pack.library is not None
     assert pack.library.name == "libggml-cuda.so" and (pack.path / "lib" / "libcudart.so.12").is_file()
     assert not (pack.path / "lib" / "libggml-base.so").exists()  # the app's own, never a pack's
+
+
+async def test_a_damaged_or_incomplete_pack_leaves_the_cpu_engine_working(
+    served: tuple[Path, str], tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The real engine on an NVIDIA machine (as detection found it) with two installed packs: a CUDA one
+    whose library is not a library (a real child process tries to load it and fails) and a Vulkan one
+    with a file missing. The model still loads and generates on the CPU, and the log says why."""
+    import logging
+
+    from launcher.engines.llamacpp.gpu_packs import PackIndex
+    from tests.engines.llamacpp.support import load
+    from tests.engines.support import greedy, run
+
+    root, base = served
+    cuda_data = _archive({"lib/libggml-cuda.so": b"\x7fELF not really a library"})
+    vulkan_data = _archive({"lib/libggml-vulkan.so": b"\x7fELF", "lib/libextra.so": b"extra"})
+    (root / "cuda.tar.gz").write_bytes(cuda_data)
+    (root / "vulkan.tar.gz").write_bytes(vulkan_data)
+    index = PackIndex(
+        packs=[
+            _entry("cuda", data=cuda_data, url=f"{base}/cuda.tar.gz", cuda_version="12.4"),
+            _entry("vulkan", data=vulkan_data, url=f"{base}/vulkan.tar.gz"),
+        ]
+    )
+    machine = load_recorded("rtx4090-desktop")
+    for entry in suitable_packs(machine, index, ENGINE):
+        install_pack(entry)
+    vulkan = packs_dir() / index.packs[1].name
+    (vulkan / "lib" / "libextra.so").unlink()
+    monkeypatch.setattr("launcher.hardware.probe.probe_machine", lambda: machine)
+    monkeypatch.setattr("launcher.engines.llamacpp.engine._version", lambda: ENGINE)
+
+    with caplog.at_level(logging.WARNING, logger="launcher.engines.llamacpp.gpu_packs"):
+        model = load(tiny_gguf, context=256, parallel=1)
+    try:
+        outcome = await run(model, greedy(model.tokenize("Hello"), max_tokens=4))
+    finally:
+        model.close()
+    assert len(outcome.tokens) == 4 and outcome.last.finish_reason == "length"
+    warnings = [record.getMessage() for record in caplog.records]
+    assert any(
+        f"{index.packs[0].name} did not load: libggml-cuda.so is not a loadable ggml backend" in w for w in warnings
+    ), warnings
+    assert any(f"{index.packs[1].name} is missing lib/libextra.so: install the pack again" in w for w in warnings)
