@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib import import_module
 from types import ModuleType
 
 from launcher import __version__
@@ -20,47 +21,9 @@ from launcher.core.errors import LauncherError
 
 
 def _module(name: str) -> ModuleType:
-    """The subcommand's module. Written out, not built from the name, so a freezer (PyInstaller)
-    sees every subcommand and the lazy import still happens only when the command runs."""
-    if name == "gui":
-        from launcher.cli import gui
-
-        return gui
-    if name == "detect":
-        from launcher.cli import detect
-
-        return detect
-    if name == "recommend":
-        from launcher.cli import recommend
-
-        return recommend
-    if name == "models":
-        from launcher.cli import models
-
-        return models
-    if name == "pull":
-        from launcher.cli import pull
-
-        return pull
-    if name == "search":
-        from launcher.cli import search
-
-        return search
-    if name == "serve":
-        from launcher.cli import serve
-
-        return serve
-    if name == "bench":
-        from launcher.cli import bench
-
-        return bench
-    if name == "gpu-pack":
-        from launcher.cli import gpu_pack
-
-        return gpu_pack
-    from launcher.cli import connect
-
-    return connect
+    """The subcommand's module, `launcher/cli/<name>.py`, imported when its command runs. (A freezer
+    cannot follow a name built at run time; packaging/launcher.spec bundles every launcher module.)"""
+    return import_module(f"launcher.cli.{name.replace('-', '_')}")
 
 
 # name -> one-line help
