@@ -44,6 +44,8 @@ class PackOffer:
 def pack_offer(machine: Machine) -> PackOffer:
     """Read the installed packs and the index (network: run it in a worker)."""
     installed = tuple(installed_packs())
+    if machine.apple is not None:
+        return PackOffer(installed, (), "Metal is built in: llama.cpp runs on the Apple GPU without a pack.")
     if not machine.gpus:
         return PackOffer(installed, (), "No GPU was found: llama.cpp runs on the CPU.")
     source = index_source()
