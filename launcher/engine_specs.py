@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import import_module
@@ -131,18 +132,21 @@ class EngineSpec:
 
 _registered: dict[str, EngineSpec] = {}
 _discovered = False
+_discovery_lock = threading.Lock()
 
 
 def register(spec: EngineSpec) -> None:
     """Add (or replace) an engine."""
     _discover()
-    _registered[spec.name] = spec
+    with _discovery_lock:
+        _registered[spec.name] = spec
 
 
 def unregister(name: str) -> None:
     """Remove an engine (tests that add a stand-in always remove it)."""
     _discover()
-    _registered.pop(name, None)
+    with _discovery_lock:
+        _registered.pop(name, None)
 
 
 def _load(target: str) -> EngineSpec:
@@ -154,31 +158,41 @@ def _load(target: str) -> EngineSpec:
 
 
 def _discover() -> None:
-    """Load the built-in specs, then those other packages declare, once per process."""
-    global _discovered
+    """Load the built-in specs, then those other packages declare, once per process. Built into a
+    new table that replaces the registry whole, so a thread asking meanwhile never sees half of it."""
+    global _registered, _discovered
     if _discovered:
         return
-    _discovered = True
-    for target in BUILTIN_SPECS:
-        spec = _load(target)
-        _registered[spec.name] = spec
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            spec = _load(entry.value)
-        except Exception as err:  # a broken plug-in is reported, never fatal
-            log.warning("engine plug-in %s (%s) did not load: %s", entry.name, entry.value, err)
-            continue
-        if spec.name in _registered:
-            log.warning("engine plug-in %s ignored: an engine named %r is already registered", entry.value, spec.name)
-            continue
-        _registered[spec.name] = spec
+    with _discovery_lock:
+        if _discovered:
+            return
+        found: dict[str, EngineSpec] = {}
+        for target in BUILTIN_SPECS:
+            spec = _load(target)
+            found[spec.name] = spec
+        for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                spec = _load(entry.value)
+            except Exception as err:  # a broken plug-in is reported, never fatal
+                log.warning("engine plug-in %s (%s) did not load: %s", entry.name, entry.value, err)
+                continue
+            if spec.name in found:
+                log.warning(
+                    "engine plug-in %s ignored: an engine named %r is already registered", entry.value, spec.name
+                )
+                continue
+            found[spec.name] = spec
+        _registered = found
+        _discovered = True
 
 
 def refresh() -> None:
     """Forget every engine and discover them again (after a plug-in was installed into this process)."""
-    global _discovered
-    _registered.clear()
-    _discovered = False
+    global _registered, _discovered
+    with _discovery_lock:
+        importlib.invalidate_caches()
+        _registered = {}
+        _discovered = False
 
 
 def specs() -> tuple[EngineSpec, ...]:

@@ -84,7 +84,13 @@ def plan(config: ServeConfig, machine: Machine | None = None) -> ServeSetup:
     from launcher.hardware.probe import probe_machine
 
     if config.engine != AUTO_ENGINE:
-        get_spec(config.engine)  # an unknown name stops here, with the known ones
+        pinned = get_spec(config.engine)  # an unknown name stops here, with the known ones
+        if model.format not in pinned.formats:
+            runs = engines_for_format(model.format).all
+            instead = f"; {', '.join(e.name for e in runs)} does" if runs else ""
+            raise ModelFormatError(
+                f"{pinned.label} (--engine {pinned.name}) does not load {model.format.upper()} models{instead}."
+            )
     arch: Architecture | None
     if model.format == "gguf":
         meta = read_gguf_metadata(model.path)

@@ -246,9 +246,12 @@ class MainWindow(QMainWindow):
         """The served row's plan for what the form leaves open, so the server runs what the list showed."""
         if self.served_row is None or self.machine is None:
             return config
+        from launcher.hardware.probe import probe_machine_uncached
         from launcher.ui.model_rows import decided_config
 
-        return decided_config(self.served_row, self.machine, config)
+        # Free VRAM and RAM as they are now, not at app start: the GPU layers are decided here.
+        machine = probe_machine_uncached() if self.this_machine else self.machine
+        return decided_config(self.served_row, machine, config)
 
     def _start_after_stop(self, _outcome: object) -> None:
         self.server.finished.disconnect(self._start_after_stop)

@@ -82,3 +82,12 @@ def test_the_kv_cache_type_is_the_advisors_unless_pinned(tiny_gguf: Path) -> Non
     assert plan(ServeConfig(model=str(tiny_gguf), context=4096), laptop).config.kv_cache_type == "f16"
     with pytest.raises(ModelDoesNotFitError, match=r"f16"):
         plan(ServeConfig(model=str(tiny_gguf), context=4096, kv_cache_type="f16"), tight)  # type: ignore[arg-type]
+
+
+def test_an_engine_that_cannot_load_the_format_is_refused_before_loading(tiny_gguf: Path) -> None:
+    from launcher.core.errors import ModelFormatError
+
+    with pytest.raises(
+        ModelFormatError, match=r"MLX \(mlx-lm\) \(--engine mlx\) does not load GGUF models; llamacpp does"
+    ):
+        plan(ServeConfig(model=str(tiny_gguf), engine="mlx"), load_recorded("macbook-air-m2-16gb"))

@@ -9,6 +9,7 @@ registered at least one device.
 from __future__ import annotations
 
 import ctypes
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -32,6 +33,10 @@ def probe_here(library: Path) -> tuple[str, int]:
     libggml.ggml_backend_reg_dev_count.restype = ctypes.c_size_t
     libggml.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
     libggml.ggml_backend_reg_name.restype = ctypes.c_char_p
+    if sys.platform == "win32":
+        # ggml opens a backend with a plain LoadLibraryW, which finds the libraries it needs (the
+        # pack's CUDA runtime, next to it) only on PATH, as the engine's own loader arranges too.
+        os.environ["PATH"] = f"{library.parent}{os.pathsep}{os.environ.get('PATH', '')}"
     _native.clear_log_tail()
     registered = libggml.ggml_backend_load(str(library).encode())
     if not registered:
@@ -48,7 +53,8 @@ def probe_in_child(library: Path, launcher_argv: Sequence[str]) -> str | None:
         done = subprocess.run(
             [*launcher_argv, "_probe-gpu-pack", str(library)],
             capture_output=True,
-            text=True,
+            encoding="utf-8",  # what the child writes (PYTHONIOENCODING), whatever the locale
+            errors="replace",
             timeout=PROBE_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired:

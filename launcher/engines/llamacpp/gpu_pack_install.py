@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 
 from launcher.catalog.progress import ProgressCallback, ProgressTracker
 from launcher.catalog.transfer import BackgroundHasher, stream_to_file
-from launcher.core.errors import ChecksumError, DownloadError
+from launcher.core.errors import ChecksumError, DownloadError, LauncherError
 from launcher.engines.llamacpp.gpu_packs import (
     PACK_MANIFEST,
     InstalledManifest,
@@ -38,7 +38,8 @@ def install_pack(
     """Download, verify and unpack `entry` into the packs folder, replacing an older copy of it."""
     root = packs_dir()
     root.mkdir(parents=True, exist_ok=True)
-    archive = root / f".{entry.name}.tar.gz.partial"
+    # Keyed by the archive's sha256: a newer release of the pack never resumes an older one's bytes.
+    archive = root / f".{entry.name}-{entry.sha256[:16]}.tar.gz.partial"
     tracker = ProgressTracker(entry.size_bytes, 1, progress, cancel)
     tracker.start()
     on_disk = archive.stat().st_size if archive.exists() else 0
@@ -48,6 +49,15 @@ def install_pack(
         stream_to_file(
             entry.url, archive, headers={}, expected_size=entry.size_bytes, hasher=hasher, on_bytes=tracker.advance
         )
+    except LauncherError:
+        hasher.abort()
+        raise
+    except Exception as err:  # HTTP status, network after the retries, a full disk: one message shape
+        hasher.abort()
+        raise DownloadError(
+            f"The {entry.label or entry.name} pack could not be downloaded ({err}); what arrived is kept, "
+            "and the next try resumes it."
+        ) from err
     except BaseException:
         hasher.abort()
         raise
@@ -84,8 +94,16 @@ def _unpack(entry: PackEntry, archive: Path, root: Path) -> InstalledPack:
         shutil.rmtree(old, ignore_errors=True)
         if target.exists():
             target.rename(old)
-        staging.rename(target)
+        try:
+            staging.rename(target)
+        except OSError:
+            if old.exists():
+                old.rename(target)  # the working pack stays where the engine looks for it
+            raise
         shutil.rmtree(old, ignore_errors=True)
+    except OSError as err:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise DownloadError(f"The {entry.name} pack could not be put in place ({err}); nothing was changed.") from err
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -132,7 +132,8 @@ def why_not(entry: PackEntry, machine: Machine, engine_version: str | None) -> s
     nvidia = machine.nvidia_gpus
     if not nvidia:
         return "no NVIDIA GPU found"
-    if entry.cuda_version and _version(machine.cuda_driver_version) < _version(entry.cuda_version):
+    # The driver reports major.minor ("12.4"); a toolkit may be named to the patch ("12.4.1").
+    if entry.cuda_version and _version(machine.cuda_driver_version)[:2] < _version(entry.cuda_version)[:2]:
         found = machine.cuda_driver_version or "unknown"
         return f"the NVIDIA driver supports CUDA {found}; this pack needs {entry.cuda_version} (update the driver)"
     if entry.min_compute is not None:
@@ -167,8 +168,10 @@ def file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-def check_pack(path: Path) -> InstalledPack:
-    """Read an installed pack and check that every file is there, as it was unpacked."""
+def check_pack(path: Path, *, deep: bool = True) -> InstalledPack:
+    """Read an installed pack and check that every file is there, as it was unpacked: with `deep`,
+    by size and sha256; without, by size only (each server start: a damaged library that kept its
+    size is then caught by the child-process probe, before the engine loads it)."""
     manifest_file = path / PACK_MANIFEST
     try:
         manifest = InstalledManifest.model_validate_json(manifest_file.read_text(encoding="utf-8"))
@@ -180,19 +183,21 @@ def check_pack(path: Path) -> InstalledPack:
         file = path / relative
         if not file.is_file():
             return InstalledPack(path, manifest, f"{path.name} is missing {relative}: install the pack again")
-        if file.stat().st_size != size or file_digest(file) != sha256:
+        if file.stat().st_size != size or (deep and file_digest(file) != sha256):
             return InstalledPack(path, manifest, f"{path.name}: {relative} is damaged: install the pack again")
     if manifest.library not in manifest.files:
         return InstalledPack(path, manifest, f"{path.name} does not contain its backend library")
     return InstalledPack(path, manifest, None)
 
 
-def installed_packs() -> list[InstalledPack]:
-    """Every pack in the data folder, checked, in name order (unfinished installs are skipped)."""
+def installed_packs(*, deep: bool = True) -> list[InstalledPack]:
+    """Every pack in the data folder, checked (see `check_pack`), in name order; unfinished
+    installs (hidden folders) are skipped."""
     root = packs_dir()
     if not root.is_dir():
         return []
-    return [check_pack(path) for path in sorted(root.iterdir()) if path.is_dir() and not path.name.startswith(".")]
+    folders = [path for path in sorted(root.iterdir()) if path.is_dir() and not path.name.startswith(".")]
+    return [check_pack(path, deep=deep) for path in folders]
 
 
 Probe = Callable[[Path], str | None]
@@ -207,11 +212,13 @@ class PackChoice:
     problems: tuple[str, ...]
 
 
-def choose_installed(machine: Machine, engine_version: str | None, probe: Probe) -> PackChoice:
+def choose_installed(
+    machine: Machine, engine_version: str | None, probe: Probe, packs: list[InstalledPack] | None = None
+) -> PackChoice:
     """The first installed pack that fits this machine, is intact and loads in a child; with none,
     no library (the CPU backend runs) and a problem for each pack that was passed over."""
     problems: list[str] = []
-    packs = installed_packs()
+    packs = installed_packs() if packs is None else list(packs)
     packs.sort(key=lambda pack: (pack.manifest is None or pack.manifest.entry.backend != "cuda", pack.name))
     for pack in packs:
         if pack.problem is not None or pack.manifest is None or pack.library is None:
@@ -265,11 +272,12 @@ def load_installed_pack(engine_version: str | None, probe: Probe, load: Callable
     """Before a model loads: hand the folder of the first installed pack that fits this machine and
     loads in a child to `load` (the engine's backend loader). Nothing to do, and no hardware probe,
     when no pack is installed; with none usable the CPU backend runs and the problems are logged."""
-    if not installed_packs():
+    packs = installed_packs(deep=False)
+    if not packs:
         return PackChoice((), ())
     from launcher.hardware.probe import probe_machine
 
-    choice = choose_installed(probe_machine(), engine_version, probe)
+    choice = choose_installed(probe_machine(), engine_version, probe, packs)
     if choice.libraries:
         load([library.parent for library in choice.libraries])
         log.info("GPU pack loaded: %s", ", ".join(str(library) for library in choice.libraries))

@@ -82,10 +82,10 @@ class PackDownload(QThread):
         """Download, verify and unpack (worker thread)."""
         try:
             pack = install_pack(self.entry, progress=self.progress.emit, cancel=self.cancel)
-        except DownloadCancelled as err:
+        except (DownloadCancelled, LauncherError) as err:
             self.failed.emit(str(err))
-        except LauncherError as err:
-            self.failed.emit(str(err))
+        except Exception as err:  # never a silent end: the card says what happened
+            self.failed.emit(f"The pack could not be installed: {err}")
         else:
             self.succeeded.emit(pack)
 

@@ -69,6 +69,12 @@ def test_an_old_driver_or_an_old_card_gets_vulkan_and_says_why_not_cuda() -> Non
     assert "compute capability 7.5; this pack needs 8.0" in str(why_not(new_driver, load_recorded("rtx2080ti"), ENGINE))
 
 
+def test_a_driver_for_cuda_12_4_takes_a_pack_built_with_toolkit_12_4_1() -> None:
+    # The driver reports major.minor; the toolkit may be named to the patch.
+    pack = _entry("cuda", cuda_version="12.4.1")
+    assert why_not(pack, load_recorded("rtx4090-desktop"), ENGINE) is None  # its driver: CUDA 12.4
+
+
 def test_macs_cpu_only_machines_and_other_builds_get_no_pack() -> None:
     assert suitable_packs(load_recorded("macbook-air-m2-16gb"), INDEX, ENGINE) == []  # Metal is built in
     assert suitable_packs(load_recorded("cpu-avx2-laptop-16gb"), INDEX, ENGINE) == []
