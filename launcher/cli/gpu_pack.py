@@ -11,10 +11,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from launcher.engines.llamacpp.gpu_packs import PackEntry
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,39 +38,20 @@ def run(args: argparse.Namespace) -> int:
     return _list()
 
 
-def _suitable() -> tuple[list[PackEntry], str]:
-    """(packs this machine can use, a line saying where they come from or why there are none)."""
-    from launcher.engine_specs import get_spec
-    from launcher.engines.llamacpp.gpu_packs import fetch_index, index_source, suitable_packs
-    from launcher.hardware.probe import probe_machine
-
-    source = index_source()
-    if source is None:
-        return [], (
-            "This copy runs from source: its llama.cpp was built by pip for this machine. For a GPU, reinstall "
-            "llama-cpp-python with its GPU flags (CMAKE_ARGS=-DGGML_CUDA=on, or -DGGML_VULKAN=on)."
-        )
-    try:
-        index = fetch_index(source)
-    except ValueError as err:
-        return [], f"No GPU packs: {err}."
-    machine = probe_machine()
-    return suitable_packs(machine, index, get_spec("llamacpp").installed_version()), f"Pack index: {source}"
-
-
 def _list() -> int:
     from launcher.core.units import format_bytes
-    from launcher.engines.llamacpp.gpu_packs import installed_packs
+    from launcher.engines.llamacpp.gpu_packs import pack_offer
+    from launcher.hardware.probe import probe_machine
 
-    suitable, where = _suitable()
-    print(where)
-    if suitable:
+    offer = pack_offer(probe_machine())
+    if offer.suitable:
         print("For this machine, best first:")
-        for entry in suitable:
+        for entry in offer.suitable:
             print(f"  {entry.name:<28} {entry.label or entry.backend}  {format_bytes(entry.size_bytes)}")
-    installed = installed_packs()
-    print("Installed:" if installed else "Installed: none (llama.cpp runs on the CPU)")
-    for pack in installed:
+    else:
+        print(offer.note)
+    print("Installed:" if offer.installed else "Installed: none (llama.cpp runs on the CPU)")
+    for pack in offer.installed:
         print(f"  {pack.name:<28} {pack.problem or 'intact'}  ({pack.path})")
     return 0
 
@@ -83,13 +60,16 @@ def _install(name: str | None) -> int:
     from launcher.catalog.progress import TerminalBar
     from launcher.core.errors import ConfigError
     from launcher.engines.llamacpp.gpu_pack_install import install_pack
+    from launcher.engines.llamacpp.gpu_packs import pack_offer
+    from launcher.hardware.probe import probe_machine
 
-    entries, where = _suitable()
+    offer = pack_offer(probe_machine())
+    entries = list(offer.suitable)
     if name is not None:
         entries = [entry for entry in entries if entry.name == name]
     if not entries:
-        wanted = f"a pack named {name!r} that fits" if name else "a pack that fits"
-        raise ConfigError(f"There is no {wanted} this machine. {where}")
+        wanted = f"pack named {name!r} that fits" if name else "pack that fits"
+        raise ConfigError(f"There is no {wanted} this machine. {offer.note}".rstrip())
     entry = entries[0]
     print(f"Installing {entry.name} ({entry.label or entry.backend}) from {entry.url}", file=sys.stderr)
     pack = install_pack(entry, progress=TerminalBar())

@@ -32,6 +32,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from launcher.core.paths import data_dir
+from launcher.engines.llamacpp.spec import SPEC
 from launcher.hardware.machine import Machine
 
 log = logging.getLogger(__name__)
@@ -282,3 +283,37 @@ def load_installed_pack(engine_version: str | None, probe: Probe, load: Callable
         load([library.parent for library in choice.libraries])
         log.info("GPU pack loaded: %s", ", ".join(str(library) for library in choice.libraries))
     return choice
+
+
+@dataclass(frozen=True)
+class PackOffer:
+    """The packs installed, those that fit this machine, and a line saying why when none fits."""
+
+    installed: tuple[InstalledPack, ...]
+    suitable: tuple[PackEntry, ...]
+    note: str
+
+
+def pack_offer(machine: Machine) -> PackOffer:
+    """Read the installed packs and the index (network): what the GPU engine card and
+    `launcher gpu-pack` show."""
+    installed = tuple(installed_packs())
+    if machine.apple is not None:
+        return PackOffer(installed, (), "Metal is built in: llama.cpp runs on the Apple GPU without a pack.")
+    if not machine.gpus:
+        return PackOffer(installed, (), "No GPU was found: llama.cpp runs on the CPU.")
+    source = index_source()
+    if source is None:
+        return PackOffer(
+            installed,
+            (),
+            "This copy runs from source: pip built its llama.cpp for this machine. For the GPU, reinstall "
+            "llama-cpp-python with CMAKE_ARGS=-DGGML_CUDA=on (NVIDIA) or -DGGML_VULKAN=on.",
+        )
+    try:
+        index = fetch_index(source)
+    except ValueError as err:
+        return PackOffer(installed, (), f"The list of GPU packs could not be read: {err}.")
+    suitable = tuple(suitable_packs(machine, index, SPEC.installed_version()))
+    note = "" if suitable else "No GPU pack in this release fits this machine; llama.cpp runs on the CPU."
+    return PackOffer(installed, suitable, note)

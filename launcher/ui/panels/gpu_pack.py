@@ -9,7 +9,6 @@ unasked), and says what is wrong with an installed pack the server would pass ov
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QThread, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QWidget
@@ -17,52 +16,11 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QW
 from launcher.catalog.progress import ProgressEvent, format_progress_line
 from launcher.core.errors import DownloadCancelled, LauncherError
 from launcher.core.units import format_bytes
-from launcher.engine_specs import get_spec
 from launcher.engines.llamacpp.gpu_pack_install import install_pack
-from launcher.engines.llamacpp.gpu_packs import (
-    InstalledPack,
-    PackEntry,
-    fetch_index,
-    index_source,
-    installed_packs,
-    suitable_packs,
-)
+from launcher.engines.llamacpp.gpu_packs import InstalledPack, PackEntry, PackOffer, pack_offer
 from launcher.hardware.machine import Machine
 from launcher.ui import workers
 from launcher.ui.widgets.card import Card, muted
-
-
-@dataclass(frozen=True)
-class PackOffer:
-    """What the card shows: the packs installed, those that fit, and a line when there are none."""
-
-    installed: tuple[InstalledPack, ...]
-    suitable: tuple[PackEntry, ...]
-    note: str
-
-
-def pack_offer(machine: Machine) -> PackOffer:
-    """Read the installed packs and the index (network: run it in a worker)."""
-    installed = tuple(installed_packs())
-    if machine.apple is not None:
-        return PackOffer(installed, (), "Metal is built in: llama.cpp runs on the Apple GPU without a pack.")
-    if not machine.gpus:
-        return PackOffer(installed, (), "No GPU was found: llama.cpp runs on the CPU.")
-    source = index_source()
-    if source is None:
-        return PackOffer(
-            installed,
-            (),
-            "This copy runs from source: pip built its llama.cpp for this machine. For the GPU, reinstall "
-            "llama-cpp-python with CMAKE_ARGS=-DGGML_CUDA=on (NVIDIA) or -DGGML_VULKAN=on.",
-        )
-    try:
-        index = fetch_index(source)
-    except ValueError as err:
-        return PackOffer(installed, (), f"The list of GPU packs could not be read: {err}.")
-    suitable = tuple(suitable_packs(machine, index, get_spec("llamacpp").installed_version()))
-    note = "" if suitable else "No GPU pack in this release fits this machine; llama.cpp runs on the CPU."
-    return PackOffer(installed, suitable, note)
 
 
 class PackDownload(QThread):
