@@ -1,4 +1,6 @@
-"""The `launcher` command: `[gui] | detect | recommend | models | pull | search | serve | bench | connect | gpu-pack`.
+"""The `launcher` command: `[gui] | detect | recommend | models | pull | search | serve | ps | bench | ...`.
+
+`launcher --help` lists them all (COMMANDS below).
 
 Each subcommand is a module of this package exposing `add_arguments(parser)` and
 `run(args) -> int`; it is imported only when its command runs (so `launcher gui` does not pay
@@ -38,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "bench": "benchmark an OpenAI-compatible endpoint",
     "connect": "show or write a coding agent's settings",
     "gpu-pack": "list, install or remove the GPU backends of llama.cpp (CUDA, Vulkan)",
+    "ps": "list the models a running server has loaded, or unload one",
 }
 
 

@@ -2,7 +2,9 @@
 
 Flags are generated from `ServeConfig` fields (one flag per field), so the CLI, the settings
 file and the app cannot drift. Precedence: ServeConfig defaults < settings `[serve]` <
-`--config FILE` `[serve]` < flags. When ready, one line goes to stdout:
+`--config FILE` `[serve]` < flags. The `--config` file's `[models.NAME]` tables are presets
+(`core.config.ModelPreset`): models loaded by name on request, with their own settings and
+aliases. When ready, one line goes to stdout:
 
     LAUNCHER_READY {"url": ..., "base_url": ..., "model": ..., "engine": ..., ...}
 
@@ -20,7 +22,7 @@ from typing import Any, get_args, get_origin
 from launcher.core.config import AUTO_ENGINE, ServeConfig
 from launcher.engine_specs import names as engine_names
 
-_SKIP = {"model"}
+_SKIP = {"model", "presets"}
 
 
 def _flag_type(annotation: Any) -> tuple[Any, list[str] | None, bool]:
@@ -50,7 +52,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=argparse.SUPPRESS,
         help="GGUF path, catalog id or local-library name (default: the starter model)",
     )
-    parser.add_argument("--config", metavar="FILE", default=None, help="TOML file with a [serve] table")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help="TOML file with a [serve] table of these settings and [models.NAME] tables: models loaded by "
+        "name on request, each with its own settings and aliases",
+    )
     for name, field in ServeConfig.model_fields.items():
         if name in _SKIP:
             continue
@@ -95,10 +103,13 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as err:
             raise ConfigError(f"Cannot read config file {path}: {err}") from err
+        models = data.pop("models", {})
         table = data.get("serve", data)
-        if not isinstance(table, dict):
-            raise ConfigError(f"{path}: [serve] must be a table.")
+        if not isinstance(table, dict) or not isinstance(models, dict):
+            raise ConfigError(f"{path}: [serve] and [models.NAME] must be tables.")
         merged.update(table)
+        if models:
+            merged["presets"] = models
     for name in ServeConfig.model_fields:
         if hasattr(args, name):
             merged[name] = getattr(args, name)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import ipaddress
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from launcher.core.units import parse_bytes
 
 DEFAULT_PORT = 8420
 """The documented default port (chosen away from 8000/8080/11434/1234 that other tools take)."""
@@ -116,6 +118,43 @@ class ServeConfig(BaseModel):
         description="llama.cpp: about how long running streams pause per step while a new prompt is read",
     )
 
+    # Serving several models (see launcher/server/model_pool.py): the library, presets, limits.
+    library: bool = Field(
+        False,
+        description="also serve every model in the local library, each loaded on its first request by name",
+    )
+    max_models: int | None = Field(None, ge=1, description="models loaded at once at most (default: as many as fit)")
+    ttl: int | None = Field(
+        None,
+        ge=1,
+        description="unload a model idle this many seconds (default: keep it; a request's `ttl` sets its model's)",
+    )
+    memory_budget: str | None = Field(
+        None,
+        description="memory all loaded models may take together, e.g. 12GiB (default: what was free at the start)",
+    )
+    presets: dict[str, ModelPreset] = Field(
+        default_factory=dict,
+        description="named models with their own settings and aliases ([models.NAME] tables of --config)",
+    )
+
+    @field_validator("memory_budget")
+    @classmethod
+    def _budget_is_a_size(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_bytes(value)  # a ValueError names what is wrong
+        return value
+
+    @property
+    def memory_budget_bytes(self) -> int | None:
+        """--memory-budget in bytes."""
+        return parse_bytes(self.memory_budget) if self.memory_budget else None
+
+    @property
+    def serves_many(self) -> bool:
+        """True when models load by name on request (the library or presets), not one model alone."""
+        return self.library or bool(self.presets)
+
     @field_validator("alias", mode="before")
     @classmethod
     def _alias_list(cls, value: Any) -> Any:
@@ -165,6 +204,8 @@ class ServeConfig(BaseModel):
         for name, field in ServeConfig.model_fields.items():
             if name in ("model", "api_key"):  # the key travels in the environment (to_environment)
                 continue
+            if name == "presets":  # tables, not a flag: they travel in a --config file
+                continue
             value: Any = getattr(self, name)
             if value == getattr(defaults, name):
                 continue
@@ -180,3 +221,58 @@ class ServeConfig(BaseModel):
     def to_environment(self) -> dict[str, str]:
         """Environment variables the `launcher serve` child needs besides `to_argv`: the API key."""
         return {API_KEY_ENV: self.api_key} if self.api_key else {}
+
+
+PRESET_SETTINGS = frozenset(
+    {
+        "engine",
+        "context",
+        "parallel",
+        "gpu_layers",
+        "threads",
+        "kv_cache_type",
+        "max_output_tokens",
+        "prefix_cache_tokens",
+    }
+)
+"""The ServeConfig fields a preset may set for its model alone (the rest belong to the server)."""
+
+
+class ModelPreset(BaseModel):
+    """A `[models.NAME]` table: which model NAME loads, with which settings, and which other names
+    (agents' `claude-haiku-*`, `gpt-*`) reach it.
+
+        [models.small]
+        model = "smollm2-135m-instruct"   # library name, catalog id or path
+        aliases = ["claude-haiku-*"]
+        context = 8192
+        ttl = 600                         # unload after 10 idle minutes
+
+    Any `PRESET_SETTINGS` field may be set; a typo is an error, not silently ignored.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1)
+    aliases: list[str] = Field(default_factory=list)
+    ttl: int | None = Field(None, ge=1)
+    default: bool = False  # answers the names no model or alias matches
+
+    @model_validator(mode="after")
+    def _settings_are_per_model(self) -> ModelPreset:
+        settings = self.model_extra or {}
+        unknown = sorted(set(settings) - PRESET_SETTINGS)
+        if unknown:
+            raise ValueError(
+                f"unknown setting(s) {', '.join(unknown)}; a model may set {', '.join(sorted(PRESET_SETTINGS))}"
+            )
+        ServeConfig.model_validate(settings)  # the same types and ranges as the flags
+        return self
+
+    def config_for(self, server: ServeConfig) -> ServeConfig:
+        """The server's config with this model and its own settings in place."""
+        data = server.model_dump(exclude={"presets", "alias"}) | (self.model_extra or {}) | {"model": self.model}
+        return ServeConfig.model_validate(data)
+
+
+ServeConfig.model_rebuild()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import threading
+import asyncio
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
 from typing import cast
 
 from starlette.applications import Starlette
@@ -17,30 +17,39 @@ from starlette.routing import Route
 
 from launcher.core.config import ServeConfig
 from launcher.engines.base import LoadedModel
-from launcher.server import routes_anthropic, routes_openai, routes_responses
+from launcher.server import routes_anthropic, routes_models, routes_openai, routes_responses
 from launcher.server.errors import ErrorBoundary, install_error_handlers
-from launcher.server.metrics import CONTENT_TYPE
+from launcher.server.metrics import CONTENT_TYPE, ServerMetrics
+from launcher.server.model_names import server_names
+from launcher.server.model_pool import ModelPool, PreparedLoad
 from launcher.server.request_log import RequestObserver
 from launcher.server.security import SecurityMiddleware, allowed_hosts_for, key_matches
-from launcher.server.state import ModelLoader, ServerState
+from launcher.server.state import ServerState
+
+ModelLoader = Callable[[], LoadedModel]
 
 
 async def health(request: Request) -> Response:
-    """GET /health: 503 while loading (or after a failed load), 200 when ready.
+    """GET /health: 503 while the startup model loads (or after it failed), 200 when ready.
 
     It stays open under --api-key (load balancers and the app poll it), so without the key it
-    says only the status: which model and engine run here is the key holder's business.
+    says only the status: which models and engines run here is the key holder's business.
     """
     state: ServerState = request.app.state.server
     key = state.config.api_key
     detailed = not key or key_matches(key, dict(request.scope["headers"]))
-    if state.model is not None:
-        details = {"model": state.model_id, "engine": state.engine_name, "serving": state.serving()} if detailed else {}
-        return JSONResponse({"status": "ok", **details})
-    if state.load_error is not None:
-        details = {"error": str(state.load_error)} if detailed else {}
-        return JSONResponse({"status": "error", **details}, status_code=503)
-    return JSONResponse({"status": "loading"}, status_code=503, headers={"Retry-After": "2"})
+    if state.startup_error is not None:
+        error = {"error": str(state.startup_error)} if detailed else {}
+        return JSONResponse({"status": "error", **error}, status_code=503)
+    if not state.started.is_set():
+        return JSONResponse({"status": "loading"}, status_code=503, headers={"Retry-After": "2"})
+    details: dict[str, object] = {}
+    if detailed:
+        slot = state.startup_slot
+        if slot is not None:
+            details = {"model": slot.id, "engine": slot.engine_name, "serving": slot.serving()}
+        details["loaded"] = sorted(state.pool.slots)
+    return JSONResponse({"status": "ok", **details})
 
 
 async def metrics(request: Request) -> Response:
@@ -65,31 +74,46 @@ def create_app(
     *,
     engine_name: str = "",
     engine_reason: str = "",
+    name: str | None = None,
 ) -> Starlette:
-    """The server app for a loaded model, or for a loader run on a background thread at startup.
+    """The app for one model: loaded already, or loaded by `model()` on a worker thread at startup
+    (`name`: the id clients see; default: the --alias NAME, else the model's own id).
 
-    While a loader runs, /health answers 503 and model routes answer 503 with Retry-After.
-    The model is closed when the app shuts down.
+    While the loader runs, /health answers 503 and requests wait for the load.
     """
-    state = ServerState(config=config, engine_name=engine_name, engine_reason=engine_reason)
-    loader: ModelLoader | None = None
-    if hasattr(model, "generate"):  # already loaded
-        state.attach(cast(LoadedModel, model))
-    else:
-        loader = model
+    loaded = cast(LoadedModel, model) if hasattr(model, "generate") else None
+    name = name or config.served_name or (loaded.info.id if loaded is not None else "model")
+    names = server_names(config, name, [], (loaded.info.id,) if loaded is not None else ())
+    load = cast(ModelLoader, model) if loaded is None else (lambda: loaded)
+    prepared = PreparedLoad(engine_name, engine_reason, config, 0, load)
+    metrics = ServerMetrics()
+    pool = ModelPool(names, lambda _: prepared, metrics, max_models=config.max_models)
+    state = ServerState(config=config, pool=pool, metrics=metrics, startup=name)
+    if loaded is not None:
+        pool.attach(names.entries[name], loaded, prepared)
+    return serving_app(state)
+
+
+def serving_app(state: ServerState) -> Starlette:
+    """The server app around `state`: routes, error shapes, security, metrics, and the models'
+    lifecycle (the startup load, idle unloads, everything freed at shutdown)."""
+    config = state.config
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        if loader is not None:
-            threading.Thread(target=state.load_with, args=(loader,), name="model-load", daemon=True).start()
+        startup = asyncio.ensure_future(state.load_startup())
+        reaper = asyncio.ensure_future(state.pool.run_reaper())
         try:
             yield
         finally:
+            reaper.cancel()
+            startup.cancel()
+            with suppress(asyncio.CancelledError):
+                await reaper
             # A load still running cannot be interrupted; the process exit frees it.
-            if state.loaded.is_set():
-                state.close()
+            state.pool.close()
 
-    api_routes = [*routes_openai.ROUTES, *routes_responses.ROUTES, *routes_anthropic.ROUTES]
+    api_routes = [*routes_models.ROUTES, *routes_openai.ROUTES, *routes_responses.ROUTES, *routes_anthropic.ROUTES]
     routes = [
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),

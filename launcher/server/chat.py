@@ -11,29 +11,30 @@ a call) and response formats.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import anyio
 
 from launcher.engines.base import TokenLogprob
 from launcher.server.body import loads_checked
 from launcher.server.control_text import restore
-from launcher.server.errors import bad_request
+from launcher.server.errors import ApiError, bad_request
 from launcher.server.generation import (
     Chunk,
     Finish,
     FinishReason,
     Generation,
     GenerationSettings,
+    Usage,
     check_prompt_chars,
     needs_bos,
     start_generation,
 )
 from launcher.server.harmony import HarmonySplitter
+from launcher.server.model_slot import ModelSlot
 from launcher.server.reasoning import ReplySplitter, ThinkSplitter
-from launcher.server.state import ServerState
 from launcher.server.templates import TemplateError, ToolFormat, detect_tool_format
 from launcher.server.toolcalls import ParsedToolCall, StreamingToolParser, TextPiece, tool_constraint
 
@@ -252,10 +253,68 @@ class ChatRun:
         await self.generation.aclose()
 
 
-def _prepare(state: ServerState, options: ChatOptions) -> tuple[str, list[int]]:
+class ChatStream(Protocol):
+    """A chat reply under way, as the routes write it out: a `ChatRun`, or a `ColdStart` whose
+    model is still loading."""
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt size in tokens (0 while not known yet)."""
+        ...
+
+    def events(self) -> AsyncIterator[ChatEvent]:
+        """The reply's events, ending with its `Finish`."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop generating (client gone or done)."""
+        ...
+
+
+class ColdStart:
+    """A streamed chat whose model must load first.
+
+    The route sends its headers and first event at once and then keep-alives (its usual
+    `with_keepalives` around `events()`) while the model loads, so an agent does not time out
+    on a cold model: Cline gives up after 30 s of silence, and a 30B model takes longer than
+    that to read from disk. An error found once the model is there (a failed load, a prompt
+    longer than its context) arrives as the stream's error event, in the API's own shape.
+    """
+
+    def __init__(self, start: Callable[[], Awaitable[ChatRun]]) -> None:
+        self._start = start
+        self._run: ChatRun | None = None
+        self._closed = False
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The prompt's size once the model has read it (0 before)."""
+        return self._run.prompt_tokens if self._run is not None else 0
+
+    async def events(self) -> AsyncIterator[ChatEvent]:
+        """Load and start, then the run's events; a failure is one error `Finish`."""
+        try:
+            self._run = await self._start()
+        except ApiError as err:
+            yield Finish("error", Usage(0, 0), error=err.message, request_error=err.status < 500)
+            return
+        if self._closed:  # the client left while the model loaded
+            await self._run.aclose()
+            return
+        async for event in self._run.events():
+            yield event
+
+    async def aclose(self) -> None:
+        """Stop generating, or never start when the client left during the load."""
+        self._closed = True
+        if self._run is not None:
+            await self._run.aclose()
+
+
+def _prepare(slot: ModelSlot, options: ChatOptions) -> tuple[str, list[int]]:
     """The rendered prompt and its tokens; control-token text in the messages stays text (control_text)."""
-    model, template = state.require_model()
-    shield = state.control_text()
+    model, template = slot.model, slot.template
+    shield = slot.control_text()
     messages, literals = shield.shield(options.messages)
     tools = options.tools if options.tool_choice != "none" else []
     try:
@@ -267,19 +326,24 @@ def _prepare(state: ServerState, options: ChatOptions) -> tuple[str, list[int]]:
     return restore(text, literals), tokens
 
 
-async def prepare_prompt(state: ServerState, options: ChatOptions) -> tuple[str, list[int]]:
+async def prepare_prompt(slot: ModelSlot, options: ChatOptions) -> tuple[str, list[int]]:
     """`_prepare` on a worker thread: rendering and tokenizing a long conversation takes a while, and
     every other request (and /health) would wait for it on the event loop."""
-    return await anyio.to_thread.run_sync(_prepare, state, options)
+    return await anyio.to_thread.run_sync(_prepare, slot, options)
 
 
-async def start_chat(state: ServerState, options: ChatOptions) -> ChatRun:
-    """Render, check and start a chat generation (errors are raised before any output)."""
-    model, template = state.require_model()
+def check_options(options: ChatOptions) -> None:
+    """What can be refused without the model (tool choice, tool names)."""
     if options.tool_choice not in ("none", "auto") and not options.tools:
         raise bad_request("tool_choice requires tools.", param="tool_choice")
     _check_tool_names(options.tools)
-    text, prompt = await prepare_prompt(state, options)
+
+
+async def start_chat(slot: ModelSlot, options: ChatOptions) -> ChatRun:
+    """Render, check and start a chat generation on a loaded model (errors are raised before any output)."""
+    model, template = slot.model, slot.template
+    check_options(options)
+    text, prompt = await prepare_prompt(slot, options)
     constraint = options.settings.constraint
     tool_format: ToolFormat | None = None
     constrained = False
@@ -292,7 +356,7 @@ async def start_chat(state: ServerState, options: ChatOptions) -> ChatRun:
         tool_format = None  # a JSON reply was asked for; do not read it as a call
     settings = replace(options.settings, constraint=constraint)
     generation = await start_generation(
-        model, state.metrics, prompt, settings, output_cap=state.config.max_output_tokens, live=state.live
+        model, slot.metrics, prompt, settings, output_cap=slot.config.max_output_tokens, live=slot.live
     )
     thinking: ReplySplitter | None = None
     if constraint is None and detect_tool_format(template.source) == "harmony":

@@ -33,7 +33,7 @@ from launcher.engines.base import (
     TokenLogprob,
 )
 from launcher.server.errors import ApiError, bad_request
-from launcher.server.metrics import ServerMetrics
+from launcher.server.metrics import ModelMetrics
 from launcher.server.request_log import current_request
 
 # "tool_calls" is the chat layer's: a reply that made tool calls ends so (chat.ChatRun).
@@ -121,7 +121,7 @@ class Generation:
         *,
         prompt_tokens: int,
         stops: list[str],
-        metrics: ServerMetrics,
+        metrics: ModelMetrics,
         started: float,
         capped: bool = False,
     ) -> None:
@@ -291,7 +291,7 @@ async def tokenize_prompt(model: LoadedModel, prompt: str | list[int]) -> list[i
 
 async def start_generation(
     model: LoadedModel,
-    metrics: ServerMetrics,
+    metrics: ModelMetrics,
     prompt_tokens: list[int],
     settings: GenerationSettings,
     *,

@@ -1,8 +1,10 @@
 """Prometheus metrics for /metrics (the app's gauges and `launcher bench` read these names: renaming one breaks them).
 
 One `CollectorRegistry` per app, so several servers in one process (tests) never share
-counters. Engine-side numbers (running/waiting, KV cache, prefix cache, memory) are read from
-`LoadedModel.stats()` at scrape time; throughput gauges are rates over the last few seconds.
+counters. Everything a model does is labelled `model="<id>"`; readers that want one number for
+the server sum over the label. Engine-side numbers (running/waiting, KV cache, prefix cache,
+memory) are read from each loaded model's `LoadedModel.stats()` at scrape time; throughput
+gauges are rates over the last few seconds.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
@@ -82,106 +84,188 @@ class BusyClock:
             return self._total + running
 
 
-class _BusyCollector(Collector):
-    """`launcher_busy_seconds_total`, read from the clock at scrape time."""
+MODEL_LABEL = "model"
+"""Every per-model series carries the served model's id in this label (vLLM's `model_name` idea):
+one server may have several models loaded, and readers that want one number sum over it."""
 
-    def __init__(self, clock: BusyClock) -> None:
-        self._clock = clock
+
+class ModelMetrics:
+    """One model's series (the children of the server's labelled metrics) and its live rates.
+
+    The generation driver writes to these attributes; they keep their names from the days of one
+    model per server, so the driver does not know how many models there are.
+    """
+
+    def __init__(self, server: ServerMetrics, name: str, stats: Callable[[], EngineStats | None]) -> None:
+        self.name = name
+        self.stats = stats
+        self.prompt_tokens = server.prompt_tokens.labels(name)
+        self.generation_tokens = server.generation_tokens.labels(name)
+        self.ttft = server.ttft.labels(name)
+        self.inter_token = server.inter_token.labels(name)
+        self.duration = server.duration.labels(name)
+        self.stream_decode_tokens = server.stream_decode_tokens.labels(name)
+        self.stream_decode_seconds = server.stream_decode_seconds.labels(name)
+        self.prefill_uncached_tokens = server.prefill_uncached_tokens.labels(name)
+        self.prefill_seconds = server.prefill_seconds.labels(name)
+        self.busy = BusyClock()
+        self.prefill_rate = RateWindow()
+        self.decode_rate = RateWindow()
+
+
+class _LiveCollector(Collector):
+    """What is read at scrape time, per model: busy seconds, the rates and the engine's own stats.
+
+    A model that was unloaded drops out of the engine gauges (its memory is gone) but keeps its
+    counters, which never go down.
+    """
+
+    def __init__(self, models: Callable[[], list[ModelMetrics]]) -> None:
+        self._models = models
 
     def collect(self) -> Iterator[Metric]:
-        yield CounterMetricFamily(
-            "launcher_busy_seconds", "time with at least one stream generating", value=self._clock.seconds()
+        models = self._models()
+        labels = [MODEL_LABEL]
+        busy = CounterMetricFamily("launcher_busy_seconds", "time with at least one stream generating", labels=labels)
+        prefill = GaugeMetricFamily(
+            "launcher_prefill_tokens_per_second", "prompt tokens/s, last few seconds", labels=labels
         )
+        decode = GaugeMetricFamily(
+            "launcher_decode_tokens_per_second", "generated tokens/s, last few seconds", labels=labels
+        )
+        for model in models:
+            busy.add_metric([model.name], model.busy.seconds())
+            prefill.add_metric([model.name], model.prefill_rate.rate())
+            decode.add_metric([model.name], model.decode_rate.rate())
+        yield from (busy, prefill, decode)
+        yield from _engine_families([(model.name, model.stats()) for model in models])
 
 
-class _EngineCollector(Collector):
-    """Reads the engine's live stats at scrape time."""
+_ENGINE_GAUGES = {  # metric -> (help, EngineStats attribute)
+    "launcher_requests_running": ("requests generating now", "requests_running"),
+    "launcher_requests_waiting": ("requests queued for a free sequence", "requests_waiting"),
+    "launcher_kv_cache_used_tokens": ("KV cache cells in use", "kv_cache_used_tokens"),
+    "launcher_kv_cache_total_tokens": ("KV cache cells in total", "kv_cache_total_tokens"),
+    "launcher_swa_checkpoints": ("sliding-window checkpoints held for prefix reuse", "swa_checkpoints"),
+    "launcher_swa_checkpoints_max": ("the most checkpoints all slots may hold", "swa_checkpoints_max"),
+    "launcher_swa_checkpoint_budget_bytes": (
+        "the most memory checkpoints may hold (bytes held: launcher_engine_memory_bytes{kind=swa_checkpoints})",
+        "swa_checkpoint_budget_bytes",
+    ),
+}
+_ENGINE_COUNTERS = {
+    "launcher_prefix_cache_hits": ("requests that reused cached prompt tokens", "prefix_cache_hits"),
+    "launcher_prefix_cache_misses": ("requests that reused nothing", "prefix_cache_misses"),
+    "launcher_prefix_cache_hit_tokens": ("prompt tokens served from cache", "prefix_cache_hit_tokens"),
+    "launcher_swa_checkpoint_restores": (
+        "prefixes reused by restoring a sliding-window checkpoint",
+        "swa_checkpoint_restores",
+    ),
+}
 
-    def __init__(self, stats: Callable[[], EngineStats | None]) -> None:
-        self._stats = stats
 
-    def collect(self) -> Iterator[Metric]:
-        stats = self._stats() or EngineStats()
-        gauges = {
-            "launcher_requests_running": ("requests generating now", stats.requests_running),
-            "launcher_requests_waiting": ("requests queued for a free sequence", stats.requests_waiting),
-            "launcher_kv_cache_used_tokens": ("KV cache cells in use", stats.kv_cache_used_tokens),
-            "launcher_kv_cache_total_tokens": ("KV cache cells in total", stats.kv_cache_total_tokens),
-            "launcher_swa_checkpoints": ("sliding-window checkpoints held for prefix reuse", stats.swa_checkpoints),
-            "launcher_swa_checkpoints_max": ("the most checkpoints all slots may hold", stats.swa_checkpoints_max),
-            "launcher_swa_checkpoint_budget_bytes": (
-                "the most memory checkpoints may hold (bytes held: launcher_engine_memory_bytes{kind=swa_checkpoints})",
-                stats.swa_checkpoint_budget_bytes,
-            ),
-        }
-        for name, (doc, value) in gauges.items():
-            yield GaugeMetricFamily(name, doc, value=value)
-        ratio = stats.kv_cache_used_tokens / stats.kv_cache_total_tokens if stats.kv_cache_total_tokens else 0.0
-        yield GaugeMetricFamily("launcher_kv_cache_usage_ratio", "KV cache fill, 0..1", value=ratio)
-        counters = {
-            "launcher_prefix_cache_hits": ("requests that reused cached prompt tokens", stats.prefix_cache_hits),
-            "launcher_prefix_cache_misses": ("requests that reused nothing", stats.prefix_cache_misses),
-            "launcher_prefix_cache_hit_tokens": ("prompt tokens served from cache", stats.prefix_cache_hit_tokens),
-            "launcher_swa_checkpoint_restores": (
-                "prefixes reused by restoring a sliding-window checkpoint",
-                stats.swa_checkpoint_restores,
-            ),
-        }
-        for name, (doc, value) in counters.items():
-            yield CounterMetricFamily(name, doc, value=value)
-        memory = GaugeMetricFamily("launcher_engine_memory_bytes", "engine-specific memory", labels=["kind"])
+def _engine_families(models: list[tuple[str, EngineStats | None]]) -> Iterator[Metric]:
+    """The engines' live stats, one sample per loaded model."""
+    loaded = [(name, stats) for name, stats in models if stats is not None]
+    labels = [MODEL_LABEL]
+    for name, (doc, attribute) in _ENGINE_GAUGES.items():
+        gauge = GaugeMetricFamily(name, doc, labels=labels)
+        for model, stats in loaded:
+            gauge.add_metric([model], getattr(stats, attribute))
+        yield gauge
+    ratio = GaugeMetricFamily("launcher_kv_cache_usage_ratio", "KV cache fill, 0..1", labels=labels)
+    for model, stats in loaded:
+        total = stats.kv_cache_total_tokens
+        ratio.add_metric([model], stats.kv_cache_used_tokens / total if total else 0.0)
+    yield ratio
+    for name, (doc, attribute) in _ENGINE_COUNTERS.items():
+        counter = CounterMetricFamily(name, doc, labels=labels)
+        for model, stats in loaded:
+            counter.add_metric([model], getattr(stats, attribute))
+        yield counter
+    memory = GaugeMetricFamily("launcher_engine_memory_bytes", "engine-specific memory", labels=[MODEL_LABEL, "kind"])
+    for model, stats in loaded:
         for kind, value in sorted(stats.memory.items()):
-            memory.add_metric([kind], value)
-        yield memory
+            memory.add_metric([model, kind], value)
+    yield memory
 
 
 class ServerMetrics:
-    """All metrics of one server."""
+    """All metrics of one server: the request counts, and each model's series under its label."""
 
-    def __init__(self, stats: Callable[[], EngineStats | None]) -> None:
+    def __init__(self) -> None:
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
         reg = self.registry
-        self.prompt_tokens = Counter("launcher_prompt_tokens", "prompt tokens processed", registry=reg)
-        self.generation_tokens = Counter("launcher_generation_tokens", "tokens generated", registry=reg)
+        labels = [MODEL_LABEL]
+        self.prompt_tokens = Counter("launcher_prompt_tokens", "prompt tokens processed", labels, registry=reg)
+        self.generation_tokens = Counter("launcher_generation_tokens", "tokens generated", labels, registry=reg)
         self.requests = Counter(
             "launcher_requests", "requests by endpoint and status", ["endpoint", "status"], registry=reg
         )
         self.ttft = Histogram(
-            "launcher_time_to_first_token_seconds", "time to first token", buckets=_LATENCY_BUCKETS, registry=reg
+            "launcher_time_to_first_token_seconds",
+            "time to first token",
+            labels,
+            buckets=_LATENCY_BUCKETS,
+            registry=reg,
         )
         self.inter_token = Histogram(
-            "launcher_inter_token_latency_seconds", "time between tokens", buckets=_LATENCY_BUCKETS, registry=reg
+            "launcher_inter_token_latency_seconds",
+            "time between tokens",
+            labels,
+            buckets=_LATENCY_BUCKETS,
+            registry=reg,
         )
         self.duration = Histogram(
-            "launcher_request_duration_seconds", "whole request", buckets=_LATENCY_BUCKETS, registry=reg
+            "launcher_request_duration_seconds", "whole request", labels, buckets=_LATENCY_BUCKETS, registry=reg
         )
         # Per-stream figures that mean one thing each (the app and `launcher bench --calibrate` divide
         # the deltas of these counters): decode = tokens after a stream's first over the time from its
         # first to its last token; prefill = prompt tokens not served from cache over time to first token.
         self.stream_decode_tokens = Counter(
-            "launcher_stream_decode_tokens", "tokens after each stream's first", registry=reg
+            "launcher_stream_decode_tokens", "tokens after each stream's first", labels, registry=reg
         )
         self.stream_decode_seconds = Counter(
-            "launcher_stream_decode_seconds", "each stream's time from its first to its last token", registry=reg
+            "launcher_stream_decode_seconds",
+            "each stream's time from its first to its last token",
+            labels,
+            registry=reg,
         )
         self.prefill_uncached_tokens = Counter(
-            "launcher_prefill_uncached_tokens", "prompt tokens read (not from the prefix cache)", registry=reg
+            "launcher_prefill_uncached_tokens", "prompt tokens read (not from the prefix cache)", labels, registry=reg
         )
         self.prefill_seconds = Counter(
-            "launcher_prefill_seconds", "time to first token of the requests that read prompt tokens", registry=reg
+            "launcher_prefill_seconds",
+            "time to first token of the requests that read prompt tokens",
+            labels,
+            registry=reg,
         )
-        self.busy = BusyClock()
-        reg.register(_BusyCollector(self.busy))
-        self.prefill_rate = RateWindow()
-        self.decode_rate = RateWindow()
-        prefill = Gauge("launcher_prefill_tokens_per_second", "prompt tokens/s, last few seconds", registry=reg)
-        prefill.set_function(self.prefill_rate.rate)
-        decode = Gauge("launcher_decode_tokens_per_second", "generated tokens/s, last few seconds", registry=reg)
-        decode.set_function(self.decode_rate.rate)
-        reg.register(_EngineCollector(stats))
+        self._models: dict[str, ModelMetrics] = {}
+        self._loaded: dict[str, ModelMetrics] = {}
+        self._lock = threading.Lock()
+        reg.register(_LiveCollector(self._loaded_models))
+
+    def for_model(self, name: str, stats: Callable[[], EngineStats | None]) -> ModelMetrics:
+        """The series of a model that was just loaded (the same counters again if it was loaded before)."""
+        with self._lock:
+            model = self._models.get(name)
+            if model is None:
+                model = self._models[name] = ModelMetrics(self, name, stats)
+            model.stats = stats
+            self._loaded[name] = model
+            return model
+
+    def unloaded(self, name: str) -> None:
+        """`name` was unloaded: its engine gauges go; its counters stay (they never go down)."""
+        with self._lock:
+            self._loaded.pop(name, None)
+
+    def _loaded_models(self) -> list[ModelMetrics]:
+        with self._lock:
+            return list(self._loaded.values())
 
     def render(self) -> bytes:
         """The Prometheus text exposition."""

@@ -34,6 +34,7 @@ class ServeSetup:
     engine: str
     engine_reason: str
     config: ServeConfig
+    needed_bytes: int  # what the advisor's fit says the load takes, all devices together
 
 
 def resolve(spec: str) -> LocalModel:
@@ -106,10 +107,12 @@ def plan(config: ServeConfig, machine: Machine | None = None) -> ServeSetup:
         engine = chosen.name if config.engine == AUTO_ENGINE and chosen else config.engine
         kv_type = "f16" if config.kv_cache_type == "auto" else config.kv_cache_type
         filled = config.model_copy(update={"engine": engine, "kv_cache_type": kv_type})
-        return ServeSetup(model, engine, f"{engine} runs {model.format.upper()} models", filled)
+        # No numbers to fit with: the weights and a tenth for the cache and buffers are the best guess.
+        needed = int(weights * 1.1)
+        return ServeSetup(model, engine, f"{engine} runs {model.format.upper()} models", filled, needed)
     # Cheap engine checks only (hardware, installed): asking a runtime imports it, and MLX alone
     # costs a server ~28 MB that will never run it.
     serve_plan = plan_for_config(machine, model.format, arch, weights, config, engine_status(machine))
     if not serve_plan.fit.fits:
         raise ModelDoesNotFitError(_fit_message(model, serve_plan.fit))
-    return ServeSetup(model, serve_plan.engine, serve_plan.reason, serve_plan.fill(config))
+    return ServeSetup(model, serve_plan.engine, serve_plan.reason, serve_plan.fill(config), serve_plan.fit.needed_bytes)

@@ -30,7 +30,7 @@ LogMode = Literal["off", "on", "replies"]
 REPLY_PREVIEW_CHARS = 1000
 
 # Quiet endpoints the app polls every second: counted, never logged.
-_UNLOGGED = frozenset({"/health", "/metrics"})
+_UNLOGGED = frozenset({"/health", "/metrics", "/launcher/models"})  # polled by the app and monitors
 
 # (User-Agent pattern, client name): the version, when the pattern captures one, is appended.
 _CLIENTS: tuple[tuple[re.Pattern[str], str], ...] = (

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from starlette.requests import Request
 
 from launcher.engines.base import TokenLogprob
-from launcher.server.chat import ChatEvent, ChatRun, ReasoningDelta, TextDelta, ToolCallDelta
+from launcher.server.chat import ChatEvent, ChatStream, ReasoningDelta, TextDelta, ToolCallDelta
 from launcher.server.generation import Chunk, Finish, failure
 from launcher.server.routes_common import collect_until_disconnect
 from launcher.server.toolcalls import ParsedToolCall
@@ -124,7 +124,7 @@ async def collect(
     return gather(items)
 
 
-async def chat_result(request: Request, run: ChatRun) -> ChatResult:
+async def chat_result(request: Request, run: ChatStream) -> ChatResult:
     """The whole reply of a chat run; a failed generation is an HTTP error, not a reply."""
     result = await collect(request, run.events(), run.aclose)
     if result.finish.reason == "error":

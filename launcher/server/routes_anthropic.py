@@ -14,7 +14,7 @@ from starlette.routing import Route
 from launcher.engines.base import Constraint
 from launcher.server.chat import (
     ChatOptions,
-    ChatRun,
+    ChatStream,
     ReasoningDelta,
     TextDelta,
     ToolCallDelta,
@@ -227,7 +227,8 @@ async def count_tokens(request: Request) -> JSONResponse:
     """POST /v1/messages/count_tokens."""
     state = state_of(request)
     body = await parse_body(request, CountTokensRequest)
-    _, tokens = await prepare_prompt(state, _options(body))
+    async with state.using(body.model) as slot:
+        _, tokens = await prepare_prompt(slot, _options(body))
     return JSONResponse(TokenCount(input_tokens=len(tokens)).wire())
 
 
@@ -258,7 +259,7 @@ async def messages(request: Request) -> Any:
     return JSONResponse(reply.wire())
 
 
-async def _stream(run: ChatRun, message_id: str, model_id: str, keepalive_s: float) -> AsyncIterator[bytes]:
+async def _stream(run: ChatStream, message_id: str, model_id: str, keepalive_s: float) -> AsyncIterator[bytes]:
     start = MessageReply(
         id=message_id,
         model=model_id,

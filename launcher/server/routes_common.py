@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
 from launcher.server.body import read_json_object
-from launcher.server.chat import ChatOptions, ChatRun, start_chat
+from launcher.server.chat import ChatOptions, ChatRun, ChatStream, ColdStart, check_options, start_chat
 from launcher.server.errors import ClientDisconnected, bad_request, validation_message
 from launcher.server.schemas_common import GenerationFields
 from launcher.server.state import ServerState
@@ -86,22 +86,37 @@ ChatBodyT = TypeVar("ChatBodyT", bound=GenerationFields)
 
 @dataclass
 class StartedChat(Generic[ChatBodyT]):
-    """A chat request under way: its body, the served model's name, the reply's id, the run."""
+    """A chat request under way: its body, the answering model's name, the reply's id, the run."""
 
     body: ChatBodyT
     served_model: str
     reply_id: str
-    run: ChatRun
+    run: ChatStream
 
 
 async def start_chat_request(
     request: Request, schema: type[ChatBodyT], to_options: Callable[[ChatBodyT], ChatOptions], id_prefix: str
 ) -> StartedChat[ChatBodyT]:
-    """Read, check and start a chat request of any API; every error is raised before any output."""
+    """Read, check and start a chat request of any API.
+
+    Every error is raised before any output, except for a stream whose model must load first:
+    that one starts at once (`ColdStart`) and reports what goes wrong in the stream.
+    """
     state = state_of(request)
     body = await parse_body(request, schema)
-    served = state.resolve_model(body.model)
     options = to_options(body)
+    check_options(options)
     reply_id = new_id(id_prefix)
     options.settings.request_id = reply_id
-    return StartedChat(body, served, reply_id, await start_chat(state, options))
+    if body.stream and state.needs_load(body.model):
+        entry = await state.pool.entry(body.model)  # an unknown name is still a 404
+        state.check_open()
+
+        async def start() -> ChatRun:
+            async with state.using(body.model, body.ttl) as slot:
+                return await start_chat(slot, options)
+
+        return StartedChat(body, entry.name, reply_id, ColdStart(start))
+    async with state.using(body.model, body.ttl) as slot:
+        run = await start_chat(slot, options)
+    return StartedChat(body, slot.id, reply_id, run)

@@ -13,14 +13,15 @@ from starlette.routing import Route
 from launcher.engines.base import Constraint
 from launcher.server.chat import (
     ChatOptions,
-    ChatRun,
+    ChatStream,
     ReasoningDelta,
     TextDelta,
     ToolCallDelta,
     normalize_history,
 )
-from launcher.server.errors import ApiError, bad_request
+from launcher.server.errors import bad_request
 from launcher.server.generation import Chunk, GenerationSettings, start_generation, tokenize_prompt
+from launcher.server.model_slot import ModelSlot
 from launcher.server.result import chat_result, collect
 from launcher.server.routes_common import new_id, parse_body, start_chat_request, state_of, stops_from
 from launcher.server.schemas_openai import (
@@ -40,8 +41,6 @@ from launcher.server.schemas_openai import (
     EmbeddingRequest,
     EmbeddingUsage,
     FunctionCallInfo,
-    ModelCard,
-    ModelList,
     NamedToolChoice,
     OpenAIFinish,
     ResponseFormat,
@@ -52,50 +51,7 @@ from launcher.server.schemas_openai import (
     openai_finish,
 )
 from launcher.server.sse import COMMENT_KEEPALIVE, DONE, EventStream, KeepAlive, data_event, with_keepalives
-from launcher.server.state import ServerState
 from launcher.server.toolcalls import ParsedToolCall
-
-
-def model_card(state: ServerState) -> ModelCard:
-    """The served model's /v1/models entry."""
-    model, _ = state.require_model()
-    info = model.info
-    return ModelCard(
-        id=state.model_id,
-        context_length=info.context_length,
-        max_model_len=info.context_length,
-        max_output_tokens=state.config.max_output_tokens,
-        engine=state.engine_name or info.engine,
-        engine_reason=state.engine_reason,
-        engine_version=info.engine_version,
-        quant=info.quant,
-        architecture=info.architecture,
-        format=info.format,
-        parallel=info.parallel,
-        can_embed=info.can_embed,
-    )
-
-
-def alias_cards(state: ServerState) -> list[ModelCard]:
-    """One entry per NAME=MODEL alias (a name may be a * pattern), pointing at the model it serves."""
-    card = model_card(state)
-    return [card.model_copy(update={"id": name, "alias_for": card.id}) for name in state.config.alias_map]
-
-
-async def list_models(request: Request) -> Response:
-    """GET /v1/models: the served model first, then its aliases (never waits on generation)."""
-    state = state_of(request)
-    return JSONResponse(ModelList(data=[model_card(state), *alias_cards(state)]).wire())
-
-
-async def get_model(request: Request) -> Response:
-    """GET /v1/models/{id}: the served model or one of its aliases."""
-    state = state_of(request)
-    wanted = request.path_params["model_id"]
-    for card in (model_card(state), *alias_cards(state)):
-        if card.id == wanted:
-            return JSONResponse(card.wire())
-    raise ApiError(404, f"Model {wanted!r} is not served here; use {state.model_id!r}.")
 
 
 def response_format_constraint(fmt: ResponseFormat | None) -> Constraint | None:
@@ -186,7 +142,7 @@ class _ChatChunks:
 
 
 async def _chat_stream(
-    run: ChatRun, chunks: _ChatChunks, want_logprobs: bool, keepalive_s: float
+    run: ChatStream, chunks: _ChatChunks, want_logprobs: bool, keepalive_s: float
 ) -> AsyncIterator[bytes]:
     yield chunks.delta(ChatDelta(role="assistant", content=""))
     async for event in with_keepalives(run.events(), keepalive_s):
@@ -222,8 +178,13 @@ async def completions(request: Request) -> Any:
     """POST /v1/completions: a raw prompt, no chat template."""
     state = state_of(request)
     body = await parse_body(request, CompletionRequest)
-    model, _ = state.require_model()
-    model_id = state.resolve_model(body.model)
+    async with state.using(body.model, body.ttl) as slot:
+        return await _complete(request, slot, body)
+
+
+async def _complete(request: Request, slot: ModelSlot, body: CompletionRequest) -> Any:
+    model, model_id = slot.model, slot.id
+    keepalive_s = state_of(request).keepalive_s
     if isinstance(body.prompt, list) and body.prompt and isinstance(body.prompt[0], str):
         if len(body.prompt) != 1:
             raise bad_request("Only one prompt per request is supported.", param="prompt")
@@ -241,7 +202,7 @@ async def completions(request: Request) -> Any:
         request_id=completion_id,
     )
     generation = await start_generation(
-        model, state.metrics, tokens, settings, output_cap=state.config.max_output_tokens, live=state.live
+        model, slot.metrics, tokens, settings, output_cap=slot.config.max_output_tokens, live=slot.live
     )
     created = int(time.time())
     echo = (prompt if isinstance(prompt, str) else model.detokenize(tokens)) if body.echo else ""
@@ -255,7 +216,7 @@ async def completions(request: Request) -> Any:
         async def stream() -> AsyncIterator[bytes]:
             if echo:
                 yield data_event(payload([CompletionChoice(text=echo)]))
-            async for item in with_keepalives(generation.__aiter__(), state.keepalive_s):
+            async for item in with_keepalives(generation.__aiter__(), keepalive_s):
                 if isinstance(item, KeepAlive):
                     yield COMMENT_KEEPALIVE
                 elif isinstance(item, Chunk):
@@ -277,11 +238,15 @@ async def embeddings(request: Request) -> Response:
     """POST /v1/embeddings (a clear 400 when the model cannot embed)."""
     state = state_of(request)
     body = await parse_body(request, EmbeddingRequest)
-    model, _ = state.require_model()
-    model_id = state.resolve_model(body.model)
+    async with state.using(body.model) as slot:
+        return await _embed(slot, body)
+
+
+async def _embed(slot: ModelSlot, body: EmbeddingRequest) -> Response:
+    model, model_id = slot.model, slot.id
     if not model.info.can_embed:
         raise bad_request(
-            f"The model {state.model_id!r} cannot make embeddings; serve an embedding model.",
+            f"The model {model_id!r} cannot make embeddings; serve an embedding model.",
             param="model",
             code="model_not_embedding",
         )
@@ -308,8 +273,6 @@ async def embeddings(request: Request) -> Response:
 
 
 ROUTES = [
-    Route("/v1/models", list_models, methods=["GET"]),
-    Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
     Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     Route("/v1/completions", completions, methods=["POST"]),
     Route("/v1/embeddings", embeddings, methods=["POST"]),

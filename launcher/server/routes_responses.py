@@ -15,7 +15,7 @@ from starlette.routing import Route
 from launcher.engines.base import Constraint
 from launcher.server.chat import (
     ChatOptions,
-    ChatRun,
+    ChatStream,
     ReasoningDelta,
     TextDelta,
     ToolCallDelta,
@@ -209,7 +209,7 @@ async def responses(request: Request) -> Any:
     return JSONResponse(builder.response.wire())
 
 
-async def _stream(run: ChatRun, builder: _ResponseBuilder, keepalive_s: float) -> AsyncIterator[bytes]:
+async def _stream(run: ChatStream, builder: _ResponseBuilder, keepalive_s: float) -> AsyncIterator[bytes]:
     response = builder.response
     yield builder.lifecycle("response.created")
     yield builder.lifecycle("response.in_progress")

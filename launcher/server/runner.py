@@ -15,10 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.core.config import ServeConfig
 from launcher.core.errors import ServerError
+from launcher.server.metrics import ServerMetrics
+from launcher.server.model_names import library_entry, server_names
+from launcher.server.model_pool import ModelPool, PreparedLoad
+from launcher.server.model_slot import ModelEntry
+from launcher.server.planning import ServeSetup, plan
 
 if TYPE_CHECKING:
     import uvicorn
     from starlette.applications import Starlette
+
+    from launcher.hardware.machine import Machine
+    from launcher.server.state import ServerState
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +95,60 @@ def uvicorn_server(app: Starlette, config: ServeConfig, **overrides: Any) -> uvi
     return DrainingServer(uvicorn.Config(app, **(settings | overrides)))
 
 
-def serve(config: ServeConfig) -> int:
-    """Plan, bind, load (in the background, /health says 503 meanwhile), announce, serve until a signal."""
+def _free_memory(machine: Machine) -> int:
+    """What the machine has free for models now: RAM, plus the discrete GPUs' free memory (a Mac's
+    GPU shares the RAM). The default memory budget, taken once at the start, before any load."""
+    gpus = 0 if machine.apple is not None else sum(gpu.memory_free for gpu in machine.gpus)
+    return machine.memory.available + gpus
+
+
+def _pool_for(config: ServeConfig, first: ServeSetup | None, metrics: ServerMetrics) -> ModelPool:
+    """The pool of a real server: loads planned by the advisor on the machine as it is at each load,
+    the MODEL argument's (already planned by `serve`) first."""
+    from launcher.catalog.library import scan_library
     from launcher.engines import registry
-    from launcher.server.app import create_app
-    from launcher.server.planning import plan
+    from launcher.hardware.probe import probe_machine
+
+    def library() -> list[ModelEntry]:
+        return [library_entry(config, entry.name) for entry in scan_library() if entry.usable]
+
+    startup = first.model.name if first is not None else None
+    library_models = [entry.name for entry in library()] if config.library else []
+    names = server_names(config, startup, library_models, (config.model,) if config.model else ())
+    planned = {startup: first} if first is not None and startup is not None else {}
+
+    def prepare(entry: ModelEntry) -> PreparedLoad:
+        setup = planned.pop(entry.name, None) or plan(entry.config)  # plan() probes the machine now
+        engine = registry.get(setup.engine)
+        return PreparedLoad(
+            setup.engine,
+            setup.engine_reason,
+            setup.config,
+            setup.needed_bytes,
+            lambda: engine.load(setup.model, setup.config),
+        )
+
+    budget = config.memory_budget_bytes
+    if budget is None and config.serves_many:
+        budget = _free_memory(probe_machine())
+    return ModelPool(
+        names,
+        prepare,
+        metrics,
+        budget_bytes=budget,
+        max_models=config.max_models,
+        rescan=library if config.library else None,
+    )
+
+
+def serve(config: ServeConfig) -> int:
+    """Plan, bind, load (in the background, /health says 503 meanwhile), announce, serve until a signal.
+
+    With `--library` or presets, models load by name on request; a MODEL given as well is loaded
+    at the start and answers the names nothing else matches.
+    """
+    from launcher.server.app import serving_app
+    from launcher.server.state import ServerState
 
     if not config.is_loopback and not config.api_key:
         config = config.model_copy(update={"api_key": secrets.token_urlsafe(24)})
@@ -102,51 +159,39 @@ def serve(config: ServeConfig) -> int:
         )
     if config.log_requests != "off":  # the request log shows at the default WARNING level too, as llama-server's
         logging.getLogger("launcher.requests").setLevel(logging.INFO)
-    setup = plan(config)
-    config = setup.config
-    engine = registry.get(setup.engine)
+    has_startup_model = bool(config.model) or not config.serves_many
+    first = plan(config) if has_startup_model else None
+    if first is not None:
+        config = first.config
+    metrics = ServerMetrics()
+    pool = _pool_for(config, first, metrics)
+    state = ServerState(config=config, pool=pool, metrics=metrics, startup=first.model.name if first else None)
     sock = bind_socket(config.host, config.port)
     port = sock.getsockname()[1]
-
-    def load() -> object:
-        return engine.load(setup.model, config)
-
-    app = create_app(load, config, engine_name=setup.engine, engine_reason=setup.engine_reason)  # type: ignore[arg-type]
-    state = app.state.server
+    app = serving_app(state)
     server = uvicorn_server(app, config)
-    print(f"Loading {setup.model.name} with {setup.engine} ({setup.engine_reason})...", file=sys.stderr, flush=True)
+    if first is not None:
+        print(f"Loading {first.model.name} with {first.engine} ({first.engine_reason})...", file=sys.stderr, flush=True)
 
     async def main() -> int:
         serving = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not serving.done():
             await asyncio.sleep(0.02)
-        while not state.loaded.is_set() and not serving.done():
+        while not state.started.is_set() and not serving.done():
             await asyncio.sleep(0.05)
         if serving.done():
             return 1
-        if state.load_error is not None:
-            error = state.load_error
+        if state.startup_error is not None:
+            error = state.startup_error
             print("LAUNCHER_ERROR " + json.dumps({"kind": type(error).__name__, "message": str(error)}), flush=True)
             print(f"error: {error}", file=sys.stderr, flush=True)
             server.should_exit = True
             await serving
             return int(getattr(error, "exit_code", 1))
         url = public_url(config.host, port)
-        info = state.model.info
-        ready = {
-            "url": url,
-            "base_url": f"{url}/v1",
-            "model": state.model_id,
-            "engine": setup.engine,
-            "engine_reason": setup.engine_reason,
-            "context_length": info.context_length,
-            "parallel": info.parallel,
-            "serving": state.serving(),
-            "api_key_required": bool(config.api_key),
-            "pid": os.getpid(),
-        }
-        print("LAUNCHER_READY " + json.dumps(ready), flush=True)
-        print(f"Serving {state.model_id} on {url}/v1 (Ctrl+C to stop)", file=sys.stderr, flush=True)
+        print("LAUNCHER_READY " + json.dumps(_ready(state, url, config)), flush=True)
+        what = state.startup or f"{len(pool.names.entries)} models on request"
+        print(f"Serving {what} on {url}/v1 (Ctrl+C to stop)", file=sys.stderr, flush=True)
         await serving
         return 0
 
@@ -154,3 +199,26 @@ def serve(config: ServeConfig) -> int:
         return asyncio.run(main())
     finally:
         sock.close()
+
+
+def _ready(state: ServerState, url: str, config: ServeConfig) -> dict[str, object]:
+    """The LAUNCHER_READY line: where to connect, and what is loaded."""
+    ready: dict[str, object] = {
+        "url": url,
+        "base_url": f"{url}/v1",
+        "api_key_required": bool(config.api_key),
+        "pid": os.getpid(),
+        "models": sorted(state.pool.names.entries),
+    }
+    slot = state.startup_slot
+    if slot is not None:
+        info = slot.model.info
+        ready |= {
+            "model": slot.id,
+            "engine": slot.engine_name,
+            "engine_reason": slot.engine_reason,
+            "context_length": info.context_length,
+            "parallel": info.parallel,
+            "serving": slot.serving(),
+        }
+    return ready

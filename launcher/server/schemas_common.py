@@ -79,6 +79,8 @@ class GenerationFields(Lenient):
 
     model: str = ""
     stream: bool = False
+    # LM Studio's: unload this model after this many idle seconds (a load on demand keeps it that long)
+    ttl: float | None = Field(None, gt=0)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
 

@@ -328,23 +328,29 @@ class StreamError(WireModel):
 
 
 class ModelCard(WireModel):
-    """A /v1/models entry; an alias names the model it stands for in `alias_for`."""
+    """A /v1/models entry; an alias names the model it stands for in `alias_for`.
+
+    A model the server can load but has not loaded yet says `loaded: false` and leaves out what
+    only a load tells (context, engine, quant, ...).
+    """
 
     id: str
     object: Literal["model"] = "model"
     created: int = 0
     owned_by: str = "launcher"
-    context_length: int
-    max_model_len: int
-    max_output_tokens: int | None
-    engine: str
-    engine_reason: str
-    engine_version: str
-    quant: str | None
-    architecture: str
-    format: str
-    parallel: int
-    can_embed: bool
+    loaded: bool = True
+    context_length: Annotated[int | None, OMIT_IF_NONE] = None
+    max_model_len: Annotated[int | None, OMIT_IF_NONE] = None
+    max_output_tokens: int | None = None
+    engine: Annotated[str | None, OMIT_IF_NONE] = None
+    engine_reason: Annotated[str | None, OMIT_IF_NONE] = None
+    engine_version: Annotated[str | None, OMIT_IF_NONE] = None
+    quant: str | None = None
+    architecture: Annotated[str | None, OMIT_IF_NONE] = None
+    format: Annotated[str | None, OMIT_IF_NONE] = None
+    parallel: Annotated[int | None, OMIT_IF_NONE] = None
+    can_embed: Annotated[bool | None, OMIT_IF_NONE] = None
+    memory_bytes: Annotated[int | None, OMIT_IF_NONE] = None  # the advisor's estimate of what it takes
     alias_for: Annotated[str | None, OMIT_IF_NONE] = None
 
 

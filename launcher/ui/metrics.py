@@ -44,7 +44,7 @@ class MetricsSnapshot:
     process_resident_bytes: float | None = None
 
 
-HOUSEKEEPING_ENDPOINTS = ("/metrics", "/health", "/healthz", "/v1/models", "/")
+HOUSEKEEPING_ENDPOINTS = ("/metrics", "/health", "/healthz", "/v1/models", "/launcher/models", "/")
 
 _SIMPLE = {
     "launcher_prompt_tokens_total": "prompt_tokens_total",

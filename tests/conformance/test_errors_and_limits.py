@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -16,15 +15,14 @@ import pytest
 
 from tests.conformance.conftest import API_KEY
 from tests.conformance.servers import RunningServer
+from tests.metrics_text import metric_total
 
 HELLO: Any = [{"role": "user", "content": "Hello there, how are you today?"}]
 
 
 def metric(root_url: str, name: str, headers: dict[str, str] | None = None) -> float:
     text = httpx.get(f"{root_url}/metrics", headers=headers).text
-    match = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.M)
-    assert match, f"{name} missing from /metrics"
-    return float(match.group(1))
+    return metric_total(text, name)
 
 
 def wait_for(predicate: Any, timeout: float = 30.0) -> bool:

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from tests.conformance.servers import SERVERS, RunningServer, start_server
+from tests.metrics_text import metric_total
 
 LLAMACPP = SERVERS[0]
 HELLO = [{"role": "user", "content": "hi"}]
@@ -220,9 +221,7 @@ def test_a_huge_prompt_is_refused_from_its_length_and_health_keeps_answering(ser
 
 
 def metric(server: RunningServer, name: str) -> float:
-    match = re.search(rf"^{name} ([0-9.e+-]+)$", httpx.get(server.url + "/metrics").text, re.M)
-    assert match, name
-    return float(match.group(1))
+    return metric_total(httpx.get(server.url + "/metrics").text, name)
 
 
 def test_a_client_that_leaves_the_queue_stops_counting_as_waiting(server: RunningServer) -> None:

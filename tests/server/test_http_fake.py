@@ -261,7 +261,8 @@ def test_health_is_503_while_loading_then_200(serve: ServeFn, fake_model: FakeMo
 
     with serve(slow_loader) as url:  # type: ignore[arg-type]
         assert httpx.get(f"{url}/health").status_code == 503
-        assert httpx.get(f"{url}/v1/models").status_code == 503
+        listed = httpx.get(f"{url}/v1/models").json()["data"]  # named already, loaded not yet
+        assert [(card["id"], card["loaded"]) for card in listed] == [("model", False)]
         release.set()
         deadline = time.monotonic() + 10
         while httpx.get(f"{url}/health").status_code != 200 and time.monotonic() < deadline:
@@ -275,12 +276,12 @@ def test_metrics_count_tokens_and_requests(serve: ServeFn, fake_model: FakeModel
         client(url).chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}])
         text = httpx.get(f"{url}/metrics").text
     assert 'launcher_requests_total{endpoint="/v1/chat/completions",status="200"} 1.0' in text
-    assert "launcher_generation_tokens_total 26.0" in text
+    assert 'launcher_generation_tokens_total{model="fake-model"} 26.0' in text
+    assert 'launcher_kv_cache_total_tokens{model="fake-model"} 1024.0' in text
     for name in (
         "launcher_prompt_tokens_total",
         "launcher_time_to_first_token_seconds_bucket",
         "launcher_inter_token_latency_seconds_count",
-        "launcher_kv_cache_total_tokens 1024.0",
         "launcher_decode_tokens_per_second",
         "launcher_prefix_cache_hits_total",
         "process_cpu_seconds_total",

@@ -4,12 +4,12 @@ token timings are known: 21 tokens, the first after 0.25 + 0.05 s, then one ever
 from __future__ import annotations
 
 import concurrent.futures
-import re
 import time
 
 import httpx
 import pytest
 
+from tests.metrics_text import metric_total
 from tests.server.conftest import ServeFn
 from tests.server.fake_model import FakeModel
 
@@ -17,9 +17,7 @@ TOKENS, FIRST_DELAY, DELAY = 21, 0.25, 0.05
 
 
 def _value(text: str, name: str) -> float:
-    match = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.MULTILINE)
-    assert match, f"{name} not in /metrics"
-    return float(match.group(1))
+    return metric_total(text, name)
 
 
 def _chat(url: str) -> dict[str, object]:

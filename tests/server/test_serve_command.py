@@ -22,6 +22,7 @@ from tests.conformance.servers import REPO_ROOT, SERVERS, start_server
 LLAMACPP = next(spec for spec in SERVERS if spec.engine == "llamacpp")
 READY_KEYS = {
     "serving",
+    "models",
     "url",
     "base_url",
     "model",
@@ -42,7 +43,7 @@ def test_every_config_field_has_a_flag() -> None:
     serve_parser = build_parser()._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr,index]
     flags = {option for action in serve_parser._actions for option in action.option_strings}
     for name in ServeConfig.model_fields:
-        if name != "model":
+        if name not in ("model", "presets"):  # presets are [models.NAME] tables of --config
             assert "--" + name.replace("_", "-") in flags
 
 

@@ -3,20 +3,18 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import httpx
 
 from tests.conformance.servers import SERVERS, start_server
+from tests.metrics_text import metric_total
 
 LLAMACPP = next(spec for spec in SERVERS if spec.engine == "llamacpp")
 
 
-def _metric(text: str, name: str, labels: str = "") -> float:
-    match = re.search(rf"^{re.escape(name + labels)} ([0-9.e+]+)$", text, re.MULTILINE)
-    assert match, f"{name}{labels} not in /metrics"
-    return float(match.group(1))
+def _metric(text: str, name: str, **labels: str) -> float:
+    return metric_total(text, name, **labels)
 
 
 def test_agent_turns_reuse_the_prompt_and_metrics_show_the_checkpoints(tiny_swa_gguf: Path, tmp_path: Path) -> None:
@@ -37,5 +35,5 @@ def test_agent_turns_reuse_the_prompt_and_metrics_show_the_checkpoints(tiny_swa_
     assert _metric(metrics, "launcher_swa_checkpoints") >= 1
     assert _metric(metrics, "launcher_swa_checkpoints_max") == 8
     assert _metric(metrics, "launcher_swa_checkpoint_budget_bytes") == 1024 * 1024 * 1024
-    assert _metric(metrics, "launcher_engine_memory_bytes", '{kind="swa_checkpoints"}') > 0
+    assert _metric(metrics, "launcher_engine_memory_bytes", kind="swa_checkpoints") > 0
     assert _metric(metrics, "launcher_swa_checkpoint_restores_total") >= 0

@@ -64,7 +64,8 @@ def test_chat_tool_call_and_metrics_through_the_server(load: LoadFn, kind: str) 
 
         metrics = httpx.get(f"{url}/metrics").text
         assert "launcher_kv_cache_total_tokens" in metrics
-        assert f"launcher_kv_cache_total_tokens {float(model.stats().kv_cache_total_tokens)}" in metrics
+        total = float(model.stats().kv_cache_total_tokens)
+        assert f'launcher_kv_cache_total_tokens{{model="{model.info.id}"}} {total}' in metrics
 
 
 def test_json_schema_response_format_is_enforced(load: LoadFn) -> None:

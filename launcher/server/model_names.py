@@ -1,0 +1,92 @@
+"""Which model a request's `model` field names.
+
+Agents ask for the names they know: Claude Code for `claude-sonnet-*` and, for titles and
+summaries, `claude-haiku-*`; Codex for `gpt-*`. A name is looked up as an exact model name, then
+as an alias (exact aliases before `*` patterns, so `claude-haiku-4-5` can go to a small model
+while `claude-*` goes to a big one), then falls to the default model if there is one: a server
+started with `launcher serve MODEL` answers every name with MODEL, as llama-server does.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+
+from launcher.core.config import ServeConfig
+from launcher.core.errors import ConfigError
+from launcher.server.model_slot import ModelEntry
+
+
+def alias_target(aliases: dict[str, str], name: str) -> str | None:
+    """The model an alias maps `name` to (exact names before * patterns), or None."""
+    if name in aliases:
+        return aliases[name]
+    return next((target for pattern, target in aliases.items() if fnmatch.fnmatchcase(name, pattern)), None)
+
+
+@dataclass
+class ModelNames:
+    """The models a server can load, their aliases, and the default for names nothing matches."""
+
+    entries: dict[str, ModelEntry]
+    aliases: dict[str, str] = field(default_factory=dict)  # NAME or pattern -> entry name
+    default: str | None = None
+
+    def resolve(self, requested: str) -> ModelEntry | None:
+        """The entry `requested` names, or None (then the server answers 404 with what it has)."""
+        if requested in self.entries:
+            return self.entries[requested]
+        target = alias_target(self.aliases, requested)
+        if target is not None:
+            return self.entries.get(target)
+        return self.entries.get(self.default) if self.default else None
+
+    def aliases_of(self, name: str) -> list[str]:
+        """The aliases that lead to `name`."""
+        return [alias for alias, target in self.aliases.items() if target == name]
+
+    def add(self, entry: ModelEntry) -> None:
+        """Make one more model loadable (a library model pulled after the server started)."""
+        self.entries.setdefault(entry.name, entry)
+
+
+def library_entry(config: ServeConfig, name: str) -> ModelEntry:
+    """A library model, loadable by its name with the server's settings."""
+    ttl = float(config.ttl) if config.ttl else None
+    return ModelEntry(name, config.model_copy(update={"model": name, "presets": {}, "alias": []}), ttl, "library")
+
+
+def server_names(
+    config: ServeConfig, served: str | None, library: list[str], served_as: tuple[str, ...] = ()
+) -> ModelNames:
+    """The names of a server started with `config`.
+
+    `served` is the MODEL argument's name (None when the server only loads by name), `served_as`
+    its other names (the model's own id under `--alias NAME`, the path it was given as); `library`
+    the local library's model names when `--library` is on. Presets (`[models.NAME]` tables) come
+    with their aliases; `--alias NAME=MODEL` adds more. An alias to a model the server cannot load
+    stops the start, instead of failing every request that uses it.
+    """
+    ttl = float(config.ttl) if config.ttl else None
+    entries: dict[str, ModelEntry] = {}
+    for name in library:
+        entries[name] = library_entry(config, name)
+    aliases: dict[str, str] = {}
+    default = served
+    for name, preset in config.presets.items():
+        preset_ttl = float(preset.ttl) if preset.ttl else ttl
+        entries[name] = ModelEntry(name, preset.config_for(config), preset_ttl, "preset")
+        aliases.update({alias: name for alias in preset.aliases})
+        if preset.default:
+            default = name
+    if served is not None:
+        entries[served] = ModelEntry(served, config.model_copy(update={"presets": {}}), ttl, "served")
+    for alias, target in config.alias_map.items():
+        aliases[alias] = served if served is not None and target in served_as else target
+    names = ModelNames(entries, aliases, default)
+    for alias, target in names.aliases.items():
+        if target not in entries:
+            known = ", ".join(sorted(entries)) or "none"
+            what = f"this server serves one model, {served!r}" if not config.serves_many else f"it loads {known}"
+            raise ConfigError(f"The alias {alias} points at {target!r}, which this server does not serve: {what}.")
+    return names

@@ -1,0 +1,288 @@
+"""Serving the library: models loaded by name on request, several within memory, idle ones unloaded.
+
+Real `launcher serve` processes with the real llama.cpp engine, on two tiny GGUFs (different
+random weights) and the starter model; agents' names arrive through the official SDKs.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from launcher.core.config import ServeConfig
+from launcher.server.planning import plan
+from tests.conformance.servers import REPO_ROOT, SERVERS, RunningServer, start_server
+from tests.fixtures.models import write_tiny_gguf
+from tests.metrics_text import metric_total
+
+LLAMACPP = next(spec for spec in SERVERS if spec.engine == "llamacpp")
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture(scope="module")
+def two_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("two-models")
+    return write_tiny_gguf(folder / "tiny-a.gguf", seed=1), write_tiny_gguf(folder / "tiny-b.gguf", seed=2)
+
+
+def presets(tmp_path: Path, a: Path, b: Path, serve: str = "") -> Path:
+    """A --config file: `small` (tiny-a) for claude-haiku-*, `big` (tiny-b) for claude-sonnet-* and the rest."""
+    path = tmp_path / "models.toml"
+    path.write_text(
+        f"[serve]\nparallel = 2\n{serve}\n"
+        f'[models.small]\nmodel = "{a}"\naliases = ["claude-haiku-*"]\ncontext = 2048\n\n'
+        f'[models.big]\nmodel = "{b}"\naliases = ["claude-sonnet-*"]\ndefault = true\n'
+    )
+    return path
+
+
+def serve_many(home: Path, *flags: str) -> RunningServer:
+    """`launcher serve` without a MODEL: everything loads on request (a MODEL given as well would
+    be loaded at the start)."""
+    env = {**os.environ, "LAUNCHER_HOME": str(home / "home"), "PYTHONPATH": str(REPO_ROOT)}
+    stderr_path = home / f"serve-many-{len(list(home.glob('serve-many-*')))}.log"
+    argv = [
+        sys.executable,
+        "-m",
+        "launcher",
+        "serve",
+        "--port",
+        "0",
+        "--engine",
+        "llamacpp",
+        *LLAMACPP.extra_args,
+        *flags,
+    ]
+    with stderr_path.open("w") as stderr:
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, cwd=REPO_ROOT)
+    found: dict[str, dict[str, object]] = {}
+
+    def read_ready() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.startswith(("LAUNCHER_READY ", "LAUNCHER_ERROR ")):
+                kind, _, payload = line.partition(" ")
+                found[kind] = json.loads(payload)
+                return
+
+    reader = threading.Thread(target=read_ready, daemon=True)
+    reader.start()
+    reader.join(60)
+    server = RunningServer(process, found.get("LAUNCHER_READY", {}), stderr_path)
+    if not server.ready:
+        server.stop()
+        raise RuntimeError(f"launcher serve did not become ready ({found}): {stderr_path.read_text()[-3000:]}")
+    return server
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[list[RunningServer]]:
+    """Servers a test starts, always stopped."""
+    servers: list[RunningServer] = []
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+def loaded(server: RunningServer) -> list[str]:
+    listing = httpx.get(server.url + "/launcher/models").json()
+    return [model["id"] for model in listing["models"]]
+
+
+def chat(server: RunningServer, model: str, **extra: object) -> httpx.Response:
+    body = {"model": model, "messages": HELLO, "max_tokens": 4, **extra}
+    return httpx.post(server.base_url + "/chat/completions", json=body, timeout=120)
+
+
+def needed_bytes(path: Path, context: int | None = None) -> int:
+    """What the advisor says a model takes at the settings the presets give it (parallel 2)."""
+    return plan(ServeConfig(model=str(path), parallel=2, context=context, engine="llamacpp")).needed_bytes
+
+
+def test_a_request_loads_its_model_by_name_and_the_listing_says_what_is_loaded(
+    two_models: tuple[Path, Path], tmp_path: Path, running: list[RunningServer]
+) -> None:
+    server = serve_many(tmp_path, "--config", str(presets(tmp_path, *two_models)))
+    running.append(server)
+    listed = {card["id"]: card for card in httpx.get(server.base_url + "/models").json()["data"]}
+    assert {name: card["loaded"] for name, card in listed.items()} == {
+        "big": False,
+        "small": False,
+        "claude-haiku-*": False,
+        "claude-sonnet-*": False,
+    }
+    assert loaded(server) == []
+
+    reply = openai.OpenAI(base_url=server.base_url, api_key="x").chat.completions.create(
+        model="small",
+        messages=HELLO,
+        max_tokens=4,  # type: ignore[arg-type]
+    )
+    assert reply.model == "small" and reply.choices[0].message.content
+
+    listed = {card["id"]: card for card in httpx.get(server.base_url + "/models").json()["data"]}
+    assert listed["small"]["loaded"] and listed["small"]["context_length"] == 2048
+    assert listed["small"]["engine"] == "llamacpp" and listed["small"]["memory_bytes"] > 0
+    assert not listed["big"]["loaded"]
+    assert loaded(server) == ["small"]
+    metrics = httpx.get(server.url + "/metrics").text
+    assert metric_total(metrics, "launcher_generation_tokens_total", model="small") >= 1
+    assert 'model="big"' not in metrics  # nothing loaded or generated under that name yet
+
+
+def test_a_burst_for_a_cold_model_loads_it_once(
+    two_models: tuple[Path, Path], tmp_path: Path, running: list[RunningServer]
+) -> None:
+    server = serve_many(tmp_path, "--config", str(presets(tmp_path, *two_models)))
+    running.append(server)
+
+    def stream(index: int) -> str:
+        body = {"model": "big", "messages": HELLO, "max_tokens": 3, "stream": True}
+        with httpx.stream("POST", server.base_url + "/chat/completions", json=body, timeout=120) as response:
+            assert response.status_code == 200
+            return response.read().decode()
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        bodies = list(pool.map(stream, range(8)))
+    assert all(body.rstrip().endswith("data: [DONE]") and '"model":"big"' in body for body in bodies)
+    assert httpx.get(server.url + "/launcher/models").json()["loads"] == {"big": 1}
+
+
+def test_the_least_recently_used_idle_model_makes_room_within_the_budget(
+    two_models: tuple[Path, Path], tmp_path: Path, running: list[RunningServer]
+) -> None:
+    a, b = two_models
+    small, big = needed_bytes(a, 2048), needed_bytes(b)
+    budget = max(small, big) + min(small, big) // 2  # either fits alone, not both together
+    server = serve_many(tmp_path, "--config", str(presets(tmp_path, a, b)), "--memory-budget", str(budget))
+    running.append(server)
+
+    assert chat(server, "small").status_code == 200
+    assert loaded(server) == ["small"]
+    assert chat(server, "big").status_code == 200
+    assert loaded(server) == ["big"]  # small, idle and least recently used, was unloaded
+    listing = httpx.get(server.url + "/launcher/models").json()
+    assert listing["memory_used_bytes"] <= listing["memory_budget_bytes"] == budget
+    assert chat(server, "claude-haiku-4-5").status_code == 200
+    assert loaded(server) == ["small"]
+    assert httpx.get(server.url + "/launcher/models").json()["loads"] == {"small": 2, "big": 1}
+
+
+def test_a_model_answering_a_request_is_not_unloaded_under_it(
+    two_models: tuple[Path, Path], starter_gguf: Path, tmp_path: Path, running: list[RunningServer]
+) -> None:
+    """With room for one model, a request for the other waits until the running stream ends.
+
+    The starter streams (a tiny model would be done before the test could look), tiny-b waits."""
+    config = tmp_path / "models.toml"
+    config.write_text(
+        f'[models.starter]\nmodel = "{starter_gguf}"\ncontext = 2048\nparallel = 1\n\n'
+        f'[models.big]\nmodel = "{two_models[1]}"\nparallel = 1\n'
+    )
+    server = serve_many(tmp_path, "--config", str(config), "--max-models", "1")
+    running.append(server)
+    long = {"model": "starter", "prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": True, "stream": True}
+    with httpx.Client(timeout=120) as client, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with client.stream("POST", server.base_url + "/completions", json=long) as streaming:
+            lines = streaming.iter_lines()
+            assert next(line for line in lines if line.startswith("data: "))  # the starter is generating
+            other = pool.submit(chat, server, "big")
+            time.sleep(1.0)
+            assert not other.done()  # big waits for the room the starter holds
+            assert loaded(server) == ["starter"]
+            rest = [line for line in lines if line]  # read the stream to its end: nothing cut it short
+        assert rest[-1] == "data: [DONE]"
+        assert '"finish_reason":"length"' in "".join(rest)
+        assert other.result(timeout=60).status_code == 200
+    assert loaded(server) == ["big"]
+
+
+def test_an_agents_names_reach_the_models_their_aliases_name(
+    two_models: tuple[Path, Path], tmp_path: Path, running: list[RunningServer]
+) -> None:
+    server = serve_many(tmp_path, "--config", str(presets(tmp_path, *two_models)))
+    running.append(server)
+    claude = anthropic.Anthropic(base_url=server.url, api_key="x")
+    claude.messages.create(model="claude-haiku-4-5-20251001", max_tokens=4, messages=HELLO)  # type: ignore[arg-type]
+    assert loaded(server) == ["small"]
+    claude.messages.create(model="claude-sonnet-4-6", max_tokens=4, messages=HELLO)  # type: ignore[arg-type]
+    assert loaded(server) == ["big", "small"]
+    codex = openai.OpenAI(base_url=server.base_url, api_key="x")
+    assert codex.chat.completions.create(model="gpt-5-codex", messages=HELLO, max_tokens=2).model == "big"  # type: ignore[arg-type]
+    log = server.stderr_path.read_text()
+    assert "model=small asked=claude-haiku-4-5-20251001" in log and "model=big asked=gpt-5-codex" in log
+
+
+def test_a_model_too_big_for_the_budget_is_refused_with_the_numbers(
+    two_models: tuple[Path, Path], tmp_path: Path, running: list[RunningServer]
+) -> None:
+    server = serve_many(tmp_path, "--config", str(presets(tmp_path, *two_models)), "--memory-budget", "1MiB")
+    running.append(server)
+    response = chat(server, "big")
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "model_too_large" and error["param"] == "model"
+    assert "needs" in error["message"] and "MiB" in error["message"] and "budget of 1.0 MiB" in error["message"]
+    assert loaded(server) == []
+    assert chat(server, "gpt-5-codex").status_code == 400  # a name nothing else matches goes to big: the same
+
+
+def _rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RSS from /proc")
+def test_an_idle_model_is_unloaded_after_its_ttl_and_its_memory_goes_back(
+    starter_gguf: Path, tmp_path: Path, running: list[RunningServer]
+) -> None:
+    server = start_server(LLAMACPP, starter_gguf, tmp_path, "--ttl", "2", "--context", "2048", "--parallel", "1")
+    running.append(server)
+    assert chat(server, "anything").status_code == 200
+    with_model = _rss(server.process.pid)
+    assert loaded(server) == [server.ready["model"]]
+    deadline = time.monotonic() + 30
+    while loaded(server) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert loaded(server) == []
+    without = _rss(server.process.pid)
+    assert with_model - without > 150 * 1024**2, (with_model, without)  # the 253 MB of weights, at least most
+    assert chat(server, "anything").status_code == 200  # asked again: loaded again
+    assert httpx.get(server.url + "/launcher/models").json()["loads"] == {server.ready["model"]: 2}
+
+
+def test_launcher_ps_lists_and_unloads(
+    two_models: tuple[Path, Path], tmp_path: Path, running: list[RunningServer]
+) -> None:
+    server = serve_many(tmp_path, "--config", str(presets(tmp_path, *two_models)))
+    running.append(server)
+    assert chat(server, "small").status_code == 200
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+
+    def ps(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "launcher", "ps", "--url", server.url, *args]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, check=False)
+
+    listing = ps()
+    assert listing.returncode == 0, listing.stderr
+    assert listing.stdout.splitlines()[1].split()[:2] == ["small", "llamacpp"]
+    assert "Loads on request: big" in listing.stdout
+    assert ps("--unload", "small").stdout.strip() == "Unloaded small."
+    assert loaded(server) == []
+    assert "No model is loaded." in ps().stdout
+    refused = ps("--unload", "small")
+    assert refused.returncode != 0 and "is not loaded" in refused.stderr
