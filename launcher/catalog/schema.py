@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from launcher.core.model_types import Architecture
 
 FormatName = Literal["gguf", "mlx", "exl2", "exl3"]
+SafetensorsQuant = Literal["fp8", "awq", "mxfp4"]
+"""Pre-quantized safetensors checkpoints the datacenter engines (vLLM, SGLang) load; BF16 is the upstream repo."""
 
 # llama.cpp's file types (`llama-quantize --help`, gguf-py LlamaFileType), the names quant repos
 # use in file names. Unsloth's dynamic quants prefix them with "UD-" (UD-Q4_K_XL is Q4_K_M-like
@@ -141,6 +143,18 @@ class ExlVariant(BaseModel):
     _repo = field_validator("repo")(_check_repo)
 
 
+class SafetensorsVariant(BaseModel):
+    """A pre-quantized safetensors repo for vLLM and SGLang (`launcher handoff`); the launcher never loads it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repo: str
+    revision: str = "main"
+    size_bytes: int | None = Field(None, gt=0)
+
+    _repo = field_validator("repo")(_check_repo)
+
+
 class CatalogModel(BaseModel):
     """One model people run locally."""
 
@@ -160,6 +174,9 @@ class CatalogModel(BaseModel):
     mlx: dict[str, MlxVariant] = Field(default_factory=dict, description="bit width ('4bit') -> repo")
     exl3: dict[str, ExlVariant] = Field(default_factory=dict, description="bpw ('4.0bpw') -> repo+revision")
     exl2: dict[str, ExlVariant] = Field(default_factory=dict)
+    safetensors: dict[SafetensorsQuant, SafetensorsVariant] = Field(
+        default_factory=dict, description="fp8/awq/mxfp4 -> repo for vLLM and SGLang (the hand-off)"
+    )
     starter: bool = Field(False, description="the embedded default shipped on PyPI")
 
     _upstream = field_validator("upstream_repo")(_check_repo)

@@ -41,6 +41,7 @@ COMMANDS: dict[str, str] = {
     "connect": "show or write a coding agent's settings",
     "gpu-pack": "list, install or remove the GPU backends of llama.cpp (CUDA, Vulkan)",
     "ps": "list the models a running server has loaded, or unload one",
+    "handoff": "turn the plan into a vLLM or SGLang deployment for bigger machines",
 }
 
 
