@@ -1,7 +1,9 @@
 """The endpoint an agent connects to, and how to find the one a local `launcher serve` is running.
 
 `Endpoint` is a plain value: the OpenAI-style base URL (ending in `/v1`), the key (None when the
-server needs none), the model id clients send, and the context length when it is known.
+server needs none), the model id clients send, the context length when it is known, and the
+small model when the server sends an agent's small-model names (Claude Code's `claude-haiku-*`)
+to another model than the main one.
 `discover_endpoint` asks a running server (`GET /v1/models`) for the missing pieces, so
 `launcher connect` and the app's "Connect an agent" panel never make the user type what the
 server already knows.
@@ -9,6 +11,7 @@ server already knows.
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -32,6 +35,7 @@ class Endpoint:
     api_key: str | None
     model_id: str
     context_length: int | None = None
+    small_model_id: str | None = None  # for titles, summaries, sub-agents; None: the main model
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base_url", normalize_base_url(self.base_url))
@@ -123,7 +127,22 @@ def discover_endpoint(
     chosen = entries[0]
     if model_id:
         chosen = next((e for e in entries if e["id"] == model_id), {"id": model_id})
-    endpoint = Endpoint(url, api_key, str(chosen["id"]), context_length)
+    small = small_model_in(entries)
+    endpoint = Endpoint(url, api_key, str(chosen["id"]), context_length, small if small != chosen["id"] else None)
     if context_length is None:
         endpoint = replace(endpoint, context_length=context_length_from_model_entry(chosen))
     return endpoint
+
+
+SMALL_MODEL_NAME = "claude-haiku-4-5"
+"""The name an agent sends for its small model (Claude Code's Haiku slot)."""
+
+
+def small_model_in(entries: list[dict[str, Any]]) -> str | None:
+    """The model a server's aliases send small-model names to (`[models.X] aliases =
+    ["claude-haiku-*"]`, `--alias claude-haiku-*=X`), as its /v1/models lists them (`alias_for`)."""
+    for entry in entries:
+        target = entry.get("alias_for")
+        if isinstance(target, str) and fnmatch.fnmatchcase(SMALL_MODEL_NAME, str(entry["id"])):
+            return target
+    return None

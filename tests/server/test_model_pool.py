@@ -286,3 +286,21 @@ def test_launcher_ps_lists_and_unloads(
     assert "No model is loaded." in ps().stdout
     refused = ps("--unload", "small")
     assert refused.returncode != 0 and "is not loaded" in refused.stderr
+
+
+def test_connect_gives_each_agent_the_small_model_the_server_maps_its_names_to(
+    two_models: tuple[Path, Path], tmp_path: Path, running: list[RunningServer]
+) -> None:
+    from launcher.integrations.agents import get_agent
+    from launcher.integrations.endpoint import discover_endpoint
+
+    server = serve_many(tmp_path, "--config", str(presets(tmp_path, *two_models)))
+    running.append(server)
+    endpoint = discover_endpoint(server.base_url)
+    assert (endpoint.model_id, endpoint.small_model_id) == ("big", "small")  # the default, and claude-haiku-*'s
+    claude = get_agent("claude-code").build(endpoint)
+    assert claude.env["ANTHROPIC_MODEL"] == "big" and claude.env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] == "small"
+    opencode = get_agent("opencode").build(endpoint).config_edits[0].fragment
+    assert opencode["model"] == "launcher/big" and opencode["small_model"] == "launcher/small"
+    aider = get_agent("aider").build(endpoint).config_edits[0].fragment
+    assert aider["model"] == "openai/big" and aider["weak-model"] == "openai/small"

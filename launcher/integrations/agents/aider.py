@@ -34,6 +34,8 @@ def build(endpoint: Endpoint) -> AgentSetup:
                 "model": litellm_name,
                 "openai-api-base": endpoint.base_url,
                 "openai-api-key": endpoint.key_or_placeholder,
+                # commit messages and chat summaries: the server's small model, when it has one
+                **({"weak-model": f"openai/{endpoint.small_model_id}"} if endpoint.small_model_id else {}),
             },
             description="Aider's settings: this server and model for every run (no environment needed)",
         ),

@@ -27,14 +27,15 @@ MIN_CONTEXT = 32_768  # its system prompt + tool schemas alone take ~20-25k toke
 def build(endpoint: Endpoint) -> AgentSetup:
     """Claude Code's settings for `endpoint`."""
     model = endpoint.model_id
+    small = endpoint.small_model_id or model  # the server's claude-haiku-* model, when it has one
     env = {
         "ANTHROPIC_BASE_URL": endpoint.root_url,
         "ANTHROPIC_AUTH_TOKEN": endpoint.key_or_placeholder,
         "ANTHROPIC_MODEL": model,
         "ANTHROPIC_DEFAULT_OPUS_MODEL": model,
         "ANTHROPIC_DEFAULT_SONNET_MODEL": model,
-        "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
-        "ANTHROPIC_SMALL_FAST_MODEL": model,
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": small,
+        "ANTHROPIC_SMALL_FAST_MODEL": small,
         # Local servers have no telemetry/update endpoints; this stops Claude Code calling home for them.
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         # A local model can take minutes to prefill a 30k-token prompt; the default is 10 minutes.

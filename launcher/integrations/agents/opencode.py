@@ -41,6 +41,10 @@ def build(endpoint: Endpoint) -> AgentSetup:
         },
         "model": f"{PROVIDER_ID}/{endpoint.model_id}",
     }
+    if endpoint.small_model_id:  # titles and summaries go to the server's small model
+        small = {"name": f"{endpoint.small_model_id} (launcher)", "tool_call": True}
+        fragment["provider"][PROVIDER_ID]["models"][endpoint.small_model_id] = small
+        fragment["small_model"] = f"{PROVIDER_ID}/{endpoint.small_model_id}"
     warnings = context_warnings("OpenCode", MIN_CONTEXT, endpoint.context_length)
     warnings.append("OpenCode's build agent works through tool calls: run the Test to check them.")
     return AgentSetup(
