@@ -14,12 +14,12 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from launcher.core.config import ServeConfig
-from launcher.core.errors import ServerError
+from launcher.core.errors import ConfigError, LauncherError, ServerError
 from launcher.server.metrics import ServerMetrics
 from launcher.server.model_names import library_entry, server_names
 from launcher.server.model_pool import ModelPool, PreparedLoad
 from launcher.server.model_slot import ModelEntry
-from launcher.server.planning import ServeSetup, plan
+from launcher.server.planning import ServeSetup, plan, resolve
 
 if TYPE_CHECKING:
     import uvicorn
@@ -112,6 +112,11 @@ def _pool_for(config: ServeConfig, first: ServeSetup | None, metrics: ServerMetr
     def library() -> list[ModelEntry]:
         return [library_entry(config, entry.name) for entry in scan_library() if entry.usable]
 
+    for name, preset in config.presets.items():  # a typo in a preset stops the start, not its first request
+        try:
+            resolve(preset.model)
+        except LauncherError as err:
+            raise ConfigError(f"[models.{name}] model = {preset.model!r}: {err}") from err
     startup = first.model.name if first is not None else None
     library_models = [entry.name for entry in library()] if config.library else []
     names = server_names(config, startup, library_models, (config.model,) if config.model else ())

@@ -304,3 +304,26 @@ def test_connect_gives_each_agent_the_small_model_the_server_maps_its_names_to(
     assert opencode["model"] == "launcher/big" and opencode["small_model"] == "launcher/small"
     aider = get_agent("aider").build(endpoint).config_edits[0].fragment
     assert aider["model"] == "openai/big" and aider["weak-model"] == "openai/small"
+
+
+def test_a_preset_naming_no_model_stops_the_start_and_an_unknown_name_is_a_404(
+    two_models: tuple[Path, Path], tmp_path: Path, running: list[RunningServer]
+) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[models.x]\nmodel = "no-such-model"\n')
+    env = {**os.environ, "LAUNCHER_HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO_ROOT)}
+    command = [sys.executable, "-m", "launcher", "serve", "--config", str(bad), "--port", "0"]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert result.returncode != 0 and "[models.x] model = 'no-such-model'" in result.stderr
+
+    a, _ = two_models
+    only = tmp_path / "one.toml"
+    only.write_text(f'[models.small]\nmodel = "{a}"\n')  # no default: nothing answers other names
+    server = serve_many(tmp_path, "--config", str(only))
+    running.append(server)
+    response = chat(server, "gpt-5-codex")
+    assert response.status_code == 404
+    assert (
+        response.json()["error"]["code"] == "model_not_found"
+        and "Models: small." in response.json()["error"]["message"]
+    )
