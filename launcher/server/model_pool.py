@@ -37,7 +37,7 @@ from launcher.core.units import format_bytes
 from launcher.engines.base import LoadedModel
 from launcher.server.errors import ApiError
 from launcher.server.metrics import ServerMetrics
-from launcher.server.model_names import ModelNames
+from launcher.server.model_names import ModelNames, alias_target
 from launcher.server.model_slot import ModelEntry, ModelSlot
 from launcher.server.templates import load_template
 
@@ -47,6 +47,8 @@ LOAD_WAIT_S = 120.0
 """How long a load waits for busy models to finish so their memory can be freed, before a 503."""
 REAP_INTERVAL_S = 1.0
 """How often idle models are checked against their TTL."""
+RESCAN_EVERY_S = 10.0
+"""The library is scanned again for an unknown name at most this often."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ class ModelPool:
         self.load_counts: Counter[str] = Counter()  # loads per name: a model reloaded often wants a longer TTL
         self._prepare = prepare
         self._rescan = rescan
+        self._rescanned_at = 0.0
         self._loading: dict[str, asyncio.Task[ModelSlot]] = {}
         self._memory_lock = asyncio.Lock()
 
@@ -94,7 +97,8 @@ class ModelPool:
     async def entry(self, requested: str) -> ModelEntry:
         """The entry a request's `model` names; a 404 listing what there is when none."""
         entry = self.names.resolve(requested)
-        if entry is None and self._rescan is not None:  # pulled since the server started?
+        if entry is None and self._rescan is not None and time.monotonic() - self._rescanned_at > RESCAN_EVERY_S:
+            self._rescanned_at = time.monotonic()  # pulled since the server started? (not on every typo)
             for found in await anyio.to_thread.run_sync(self._rescan):
                 self.names.add(found)
             entry = self.names.resolve(requested)
@@ -260,7 +264,10 @@ class ModelPool:
 
     async def unload(self, requested: str) -> bool:
         """Unload a model now (the app's button, `launcher ps --unload`); a 409 while it is busy."""
-        slot = self.loaded_slot(requested) or self.slots.get(requested)
+        # By its name or an alias only: the default model answers any name, and `--unload typo` must
+        # not unload it.
+        target = requested if requested in self.slots else alias_target(self.names.aliases, requested)
+        slot = self.slots.get(target or "")
         if slot is None:
             return False
         async with self._memory_lock:
@@ -326,12 +333,9 @@ def _load_error(name: str, err: LauncherError) -> ApiError:
 
 
 def _too_big(name: str, prepared: PreparedLoad, budget: int | None) -> str:
-    """Why a model cannot load even with nothing else loaded."""
-    need = format_bytes(prepared.needed_bytes)
-    if budget is not None and prepared.needed_bytes > budget:
-        return (
-            f"{name} needs {need} (the advisor's fit for context {prepared.config.context}, "
-            f"{prepared.config.parallel} parallel), more than the memory budget of {format_bytes(budget)}. "
-            "Raise --memory-budget, or give it a smaller context or quant."
-        )
-    return f"{name} needs {need} and cannot load with --max-models {prepared.config.max_models}."
+    """Why a model cannot load even with nothing else loaded (only the budget can say no then)."""
+    return (
+        f"{name} needs {format_bytes(prepared.needed_bytes)} (the advisor's fit for context "
+        f"{prepared.config.context}, {prepared.config.parallel} parallel), more than the memory budget of "
+        f"{format_bytes(budget)}. Raise --memory-budget, or give it a smaller context or quant."
+    )
