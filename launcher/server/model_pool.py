@@ -107,7 +107,13 @@ class ModelPool:
             raise ApiError(
                 404,
                 f"The model {requested!r} is not served here. Models: {known}."
-                + (f" Aliases: {', '.join(sorted(self.names.aliases))}." if self.names.aliases else ""),
+                + (f" Aliases: {', '.join(sorted(self.names.aliases))}." if self.names.aliases else "")
+                + (
+                    ""
+                    if self.names.default
+                    else " To answer every other name with one model, start the server with that MODEL, "
+                    "or map names with --alias NAME=MODEL or a preset's aliases."
+                ),
                 param="model",
                 code="model_not_found",
             )

@@ -195,7 +195,8 @@ def serve(config: ServeConfig) -> int:
             return int(getattr(error, "exit_code", 1))
         url = public_url(config.host, port)
         print("LAUNCHER_READY " + json.dumps(_ready(state, url, config)), flush=True)
-        what = state.startup or f"{len(pool.names.entries)} models on request"
+        count = len(pool.names.entries)
+        what = state.startup or f"{count} model{'' if count == 1 else 's'} on request"
         print(f"Serving {what} on {url}/v1 (Ctrl+C to stop)", file=sys.stderr, flush=True)
         await serving
         return 0
