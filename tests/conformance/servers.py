@@ -87,22 +87,16 @@ class RunningServer:
 
 def start_server(spec: ServerSpec, model_path: Path, home: Path, *extra: str) -> RunningServer:
     """Start `launcher serve` and wait for its ready line (raises with the server's stderr on failure)."""
+    argv = [str(model_path), "--engine", spec.engine, "--port", "0", *spec.extra_args, *extra]
+    return launch_serve(argv, home, f"serve-{spec.engine}")
+
+
+def launch_serve(serve_args: list[str], home: Path, log_prefix: str = "serve") -> RunningServer:
+    """`launcher serve SERVE_ARGS` with its own LAUNCHER_HOME, once its ready line is out."""
     env = {**os.environ, "LAUNCHER_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)}
-    stderr_path = home / f"serve-{spec.engine}-{os.getpid()}-{len(list(home.glob('serve-*')))}.log"
+    stderr_path = home / f"{log_prefix}-{os.getpid()}-{len(list(home.glob(f'{log_prefix}-*')))}.log"
     home.mkdir(parents=True, exist_ok=True)
-    argv = [
-        sys.executable,
-        "-m",
-        "launcher",
-        "serve",
-        str(model_path),
-        "--engine",
-        spec.engine,
-        "--port",
-        "0",
-        *spec.extra_args,
-        *extra,
-    ]
+    argv = [sys.executable, "-m", "launcher", "serve", *serve_args]
     with stderr_path.open("w") as stderr:
         process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, cwd=REPO_ROOT)
     found: dict[str, Any] = {}

@@ -7,11 +7,9 @@ random weights) and the starter model; agents' names arrive through the official
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +21,7 @@ import pytest
 
 from launcher.core.config import ServeConfig
 from launcher.server.planning import plan
-from tests.conformance.servers import REPO_ROOT, SERVERS, RunningServer, start_server
+from tests.conformance.servers import REPO_ROOT, SERVERS, RunningServer, launch_serve, start_server
 from tests.fixtures.models import write_tiny_gguf
 from tests.metrics_text import metric_total
 
@@ -51,40 +49,8 @@ def presets(tmp_path: Path, a: Path, b: Path, serve: str = "") -> Path:
 def serve_many(home: Path, *flags: str) -> RunningServer:
     """`launcher serve` without a MODEL: everything loads on request (a MODEL given as well would
     be loaded at the start)."""
-    env = {**os.environ, "LAUNCHER_HOME": str(home / "home"), "PYTHONPATH": str(REPO_ROOT)}
-    stderr_path = home / f"serve-many-{len(list(home.glob('serve-many-*')))}.log"
-    argv = [
-        sys.executable,
-        "-m",
-        "launcher",
-        "serve",
-        "--port",
-        "0",
-        "--engine",
-        "llamacpp",
-        *LLAMACPP.extra_args,
-        *flags,
-    ]
-    with stderr_path.open("w") as stderr:
-        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, cwd=REPO_ROOT)
-    found: dict[str, dict[str, object]] = {}
-
-    def read_ready() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            if line.startswith(("LAUNCHER_READY ", "LAUNCHER_ERROR ")):
-                kind, _, payload = line.partition(" ")
-                found[kind] = json.loads(payload)
-                return
-
-    reader = threading.Thread(target=read_ready, daemon=True)
-    reader.start()
-    reader.join(60)
-    server = RunningServer(process, found.get("LAUNCHER_READY", {}), stderr_path)
-    if not server.ready:
-        server.stop()
-        raise RuntimeError(f"launcher serve did not become ready ({found}): {stderr_path.read_text()[-3000:]}")
-    return server
+    argv = ["--port", "0", "--engine", "llamacpp", *LLAMACPP.extra_args, *flags]
+    return launch_serve(argv, home / "home", "serve-many")
 
 
 @pytest.fixture
