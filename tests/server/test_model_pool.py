@@ -93,8 +93,8 @@ def test_a_request_loads_its_model_by_name_and_the_listing_says_what_is_loaded(
 
     reply = openai.OpenAI(base_url=server.base_url, api_key="x").chat.completions.create(
         model="small",
-        messages=HELLO,
-        max_tokens=4,  # type: ignore[arg-type]
+        messages=HELLO,  # type: ignore[arg-type]
+        max_tokens=4,
     )
     assert reply.model == "small" and reply.choices[0].message.content
 
