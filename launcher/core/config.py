@@ -210,7 +210,9 @@ class ServeConfig(BaseModel):
             if value == getattr(defaults, name):
                 continue
             flag = "--" + name.replace("_", "-")
-            if isinstance(value, list):
+            if isinstance(value, bool):  # the CLI's switches take no value (argparse.BooleanOptionalAction)
+                argv.append(flag if value else "--no-" + flag[2:])
+            elif isinstance(value, list):
                 if value:
                     argv += [flag, ",".join(value)]
             elif value is not None:

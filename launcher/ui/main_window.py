@@ -34,6 +34,7 @@ from launcher.ui import theme, workers
 from launcher.ui.panels.agents import AgentsPanel
 from launcher.ui.panels.chat import ChatPanel
 from launcher.ui.panels.gauges import GaugesPanel
+from launcher.ui.panels.loaded_models import LoadedModelsPanel
 from launcher.ui.panels.logs import LogsPanel
 from launcher.ui.panels.machine import MachinePanel
 from launcher.ui.panels.models import ModelsPanel
@@ -103,6 +104,7 @@ class MainWindow(QMainWindow):
         self.server_panel.load_config(self.settings.serve)
         self.gauges = GaugesPanel()
         self.gauges.calibrate_requested.connect(self._calibrate)
+        self.loaded_models = LoadedModelsPanel()
         self.endpoint: ServerEndpoint | None = None
         self.logs_page = LogsPanel()
         self.agents_page = AgentsPanel(home=home)
@@ -196,6 +198,7 @@ class MainWindow(QMainWindow):
         title.setObjectName("PageTitle")
         layout.addWidget(title)
         layout.addWidget(self.server_panel)
+        layout.addWidget(self.loaded_models)
         layout.addWidget(self.gauges)
         layout.addStretch(1)
         scroll = QScrollArea()
@@ -284,9 +287,12 @@ class MainWindow(QMainWindow):
         self._stop_poller()
         self.chat_page.set_endpoint(endpoint)
         self.agents_page.set_endpoint(endpoint)
+        self.loaded_models.set_endpoint(endpoint)
         self.poller = MetricsPoller(endpoint.url, endpoint.pid, api_key=endpoint.api_key, parent=self)
         self.poller.sample.connect(self._sample)
         self.poller.unreachable.connect(self.gauges.set_unreachable)
+        self.poller.models.connect(self.loaded_models.show_listing)
+        self.poller.models_unreachable.connect(self.loaded_models.show_unreachable)
         self.poller.start()
 
     def _predict_for_server(self) -> None:
@@ -296,7 +302,7 @@ class MainWindow(QMainWindow):
         endpoint = self.endpoint
         ready = self.machine is not None and endpoint is not None
         prediction = prediction_for_server(self.machine, endpoint) if ready else None  # type: ignore[arg-type]
-        self.gauges.set_prediction(prediction)
+        self.gauges.set_prediction(prediction, endpoint.model if endpoint is not None else None)
 
     def _calibrate(self) -> None:
         """Measure the running server with the fixed calibration workload (a few seconds, off the UI
@@ -324,12 +330,14 @@ class MainWindow(QMainWindow):
 
     def _sample(self, sample: LiveSample) -> None:
         self.gauges.update_sample(sample)
+        self.loaded_models.show_rates(sample.snapshot.decode_tps_by_model)
 
     def _server_finished(self, outcome: ServerOutcome) -> None:
         self._stop_poller()
         self.endpoint = None
         self.chat_page.set_endpoint(None)
         self.agents_page.set_endpoint(None)
+        self.loaded_models.set_endpoint(None)
         self.status_label.setText(str(outcome).splitlines()[0])
 
     def _stop_poller(self) -> None:

@@ -17,7 +17,8 @@ from launcher.core.units import format_bytes
 
 @dataclass(frozen=True)
 class MetricsSnapshot:
-    """One scrape of /metrics, summed over labels where the gauges need one number."""
+    """One scrape of /metrics, summed over labels where the gauges need one number; `models` holds
+    each model's own series (the `model` label), for what is about one model."""
 
     time: float
     prompt_tokens_total: float = 0.0
@@ -40,8 +41,18 @@ class MetricsSnapshot:
     prefill_uncached_tokens_total: float = 0.0
     prefill_seconds_total: float = 0.0
     busy_seconds_total: float = 0.0
-    engine_memory: dict[str, float] = field(default_factory=dict)
+    engine_memory: dict[str, float] = field(default_factory=dict)  # by kind, summed over the loaded models
     process_resident_bytes: float | None = None
+    models: dict[str, MetricsSnapshot] = field(default_factory=dict)
+
+    @property
+    def decode_tps_by_model(self) -> dict[str, float]:
+        """Each model's live decode tok/s."""
+        return {name: model.decode_tokens_per_second for name, model in self.models.items()}
+
+    def for_model(self, name: str | None) -> MetricsSnapshot:
+        """`name`'s own series; the whole server's when no model is named or the scrape has no such label."""
+        return self.models.get(name, self) if name else self
 
 
 HOUSEKEEPING_ENDPOINTS = ("/metrics", "/health", "/healthz", "/v1/models", "/launcher/models", "/")
@@ -53,7 +64,6 @@ _SIMPLE = {
     "launcher_requests_waiting": "requests_waiting",
     "launcher_kv_cache_used_tokens": "kv_used_tokens",
     "launcher_kv_cache_total_tokens": "kv_total_tokens",
-    "launcher_kv_cache_usage_ratio": "kv_usage_ratio",
     "launcher_prefill_tokens_per_second": "prefill_tokens_per_second",
     "launcher_decode_tokens_per_second": "decode_tokens_per_second",
     "launcher_time_to_first_token_seconds_sum": "ttft_sum",
@@ -69,28 +79,56 @@ _SIMPLE = {
 }
 
 
+@dataclass
+class _Tally:
+    """The sums of one scrape, for the whole server or for one model."""
+
+    values: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    engine_memory: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    usage_ratios: list[float] = field(default_factory=list)
+
+    def snapshot(self, now: float, models: dict[str, MetricsSnapshot] | None = None) -> MetricsSnapshot:
+        fields = dict(self.values)
+        resident = fields.pop("process_resident_bytes", None)
+        # Two models' ratios do not add up: the server's fill is its used cells over all its cells.
+        total = fields.get("kv_total_tokens", 0.0)
+        used = fields.get("kv_used_tokens", 0.0)
+        fields["kv_usage_ratio"] = used / total if total else max(self.usage_ratios, default=0.0)
+        return MetricsSnapshot(
+            time=now,
+            engine_memory=dict(self.engine_memory),
+            process_resident_bytes=resident,
+            models=models or {},
+            **fields,
+        )
+
+
 def parse_metrics(text: str, now: float) -> MetricsSnapshot:
     """Read the metric names launcher/server/metrics.py exports out of one Prometheus text scrape."""
     from prometheus_client.parser import text_string_to_metric_families  # only once a server runs
 
-    values: dict[str, float] = defaultdict(float)
-    engine_memory: dict[str, float] = {}
+    server = _Tally()
+    models: dict[str, _Tally] = defaultdict(_Tally)
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             name, labels, value = sample.name, sample.labels, float(sample.value)
+            tallies = [server, models[labels["model"]]] if "model" in labels else [server]
             if name in _SIMPLE:
-                values[_SIMPLE[name]] += value
+                for tally in tallies:
+                    tally.values[_SIMPLE[name]] += value
+            elif name == "launcher_kv_cache_usage_ratio":
+                for tally in tallies:
+                    tally.usage_ratios.append(value)
             elif name == "launcher_requests_total":
                 if labels.get("endpoint", "") in HOUSEKEEPING_ENDPOINTS:
                     continue  # our own polling is not traffic
-                values["requests_total"] += value
+                server.values["requests_total"] += value
                 if str(labels.get("status", "200"))[:1] in ("4", "5"):
-                    values["requests_failed_total"] += value
-            elif name == "launcher_engine_memory_bytes":
-                engine_memory[labels.get("kind", "")] = value
-    fields = dict(values)
-    resident = fields.pop("process_resident_bytes", None)
-    return MetricsSnapshot(time=now, engine_memory=engine_memory, process_resident_bytes=resident, **fields)
+                    server.values["requests_failed_total"] += value
+            elif name == "launcher_engine_memory_bytes":  # one sample per model and kind: the server holds all
+                for tally in tallies:
+                    tally.engine_memory[labels.get("kind", "")] += value
+    return server.snapshot(now, {name: tally.snapshot(now) for name, tally in models.items()})
 
 
 @dataclass(frozen=True)
@@ -172,11 +210,12 @@ class Measured:
     device_bytes: int | None = None
 
     @classmethod
-    def from_sample(cls, sample: LiveSample) -> Measured:
-        """Read the cumulative counters of the latest scrape."""
+    def from_sample(cls, sample: LiveSample, model: str | None = None) -> Measured:
+        """Read the cumulative counters of the latest scrape: `model`'s own series when named (a
+        prediction is for one model; another model loaded beside it must not count)."""
         from launcher.bench.calibrate_measure import memory_total
 
-        snap = sample.snapshot
+        snap = sample.snapshot.for_model(model)
 
         def ratio(part: float, whole: float) -> float | None:
             return part / whole if part > 0 and whole > 0 else None

@@ -59,7 +59,7 @@ class ServerEndpoint:
         return cls(
             url=data["url"],
             base_url=data["base_url"],
-            model=data["model"],
+            model=data.get("model", ""),  # none when the server only loads models by name (presets, --library)
             engine=data.get("engine", ""),
             engine_reason=data.get("engine_reason", ""),
             context_length=int(data.get("context_length", 0)),

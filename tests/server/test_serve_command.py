@@ -73,6 +73,14 @@ def test_flags_build_the_config() -> None:
     assert parse(*config.to_argv()) == config  # what the app passes to its server child
 
 
+def test_the_apps_library_and_idle_unload_settings_reach_its_server_child() -> None:
+    config = ServeConfig(model="model.gguf", library=True, ttl=600, max_models=2)
+    argv = config.to_argv()
+    assert "--library" in argv and "True" not in argv  # a switch, as the CLI's BooleanOptionalAction takes it
+    assert parse(*argv) == config
+    assert parse(*config.model_copy(update={"library": False}).to_argv()).library is False
+
+
 def test_config_file_is_merged_and_flags_win(tmp_path: Path) -> None:
     path = tmp_path / "serve.toml"
     path.write_text('[serve]\nparallel = 2\nport = 9000\nalias = "from-file"\n')

@@ -1,6 +1,7 @@
 """Live gauges from /metrics and the server process: decode and prefill tok/s with a short history,
 TTFT of the last requests, requests running/queued, KV cache use, process RAM, GPU/unified memory;
-and predicted vs measured memory and tok/s once there is something to compare.
+and the served model's predicted vs measured memory and tok/s once there is something to compare (read
+from its own series: another model loaded beside it does not count).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class GaugesPanel(Card):
         super().__init__("Live", parent)
         self.measured: Measured | None = None
         self.prediction: Prediction | None = None
+        self.model: str | None = None  # the model the prediction is for (others may be loaded beside it)
         self._ttfts: deque[float] = deque(maxlen=TTFT_HISTORY)
         self.last_sample: LiveSample | None = None
 
@@ -122,9 +124,12 @@ class GaugesPanel(Card):
         self.device_bar.setValue(0)
         self._update_comparison()
 
-    def set_prediction(self, prediction: Prediction | None) -> None:
-        """The advisor's numbers for the model now served."""
+    def set_prediction(self, prediction: Prediction | None, model: str | None = None) -> None:
+        """The advisor's numbers for the model now served, which is measured by its own series."""
         self.prediction = prediction
+        self.model = model
+        if self.last_sample is not None:
+            self.measured = Measured.from_sample(self.last_sample, model)
         self._update_comparison()
 
     def set_unreachable(self, message: str) -> None:
@@ -135,7 +140,7 @@ class GaugesPanel(Card):
         """Show one poll."""
         self.set_title("Live")
         self.last_sample = sample
-        self.measured = Measured.from_sample(sample)
+        self.measured = Measured.from_sample(sample, self.model)
         decode = sample.decode_tps or sample.generated_tps
         measured = self.measured
         per_stream = f"per stream {_tps(measured.decode_tps)}" if measured.decode_tps else ""

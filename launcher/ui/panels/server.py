@@ -1,5 +1,6 @@
-"""The server controls: engine, context, parallel sequences, port, API key, network access; start/stop;
-status (loading, ready, error with the reason and a restart) and the endpoint URL with a copy button.
+"""The server controls: engine, context, parallel sequences, port, API key, network access, whether
+other library models load on request and when idle ones are unloaded; start/stop; status (loading,
+ready, error with the reason and a restart) and the endpoint URL with a copy button.
 
 The panel is a view of a `ServerProcess`: it builds a `ServeConfig` from the form and subscribes to
 the process's signals; it never blocks.
@@ -7,6 +8,7 @@ the process's signals; it never blocks.
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections.abc import Callable
 
@@ -42,6 +44,11 @@ STATE_TEXT = {
 def new_api_key() -> str:
     """A random key for the server ("sk-local-…", so agents that check the prefix accept it)."""
     return "sk-local-" + secrets.token_urlsafe(18)
+
+
+def ttl_minutes(ttl_seconds: int | None) -> int:
+    """`ServeConfig.ttl` as the form's whole minutes (0: never; a saved 90 s shows as 2 min)."""
+    return math.ceil(ttl_seconds / 60) if ttl_seconds else 0
 
 
 class ServerPanel(Card):
@@ -81,6 +88,19 @@ class ServerPanel(Card):
         self.allow_network = QCheckBox("Allow other devices on my network")
         self.allow_network.setToolTip("Binds 0.0.0.0 instead of 127.0.0.1. Requires an API key.")
         self.allow_network.toggled.connect(self._network_toggled)
+        self.library = QCheckBox("Load other library models on request")
+        self.library.setToolTip(
+            "A request that names another model of your library loads it beside this one, as memory allows;"
+            " idle models make room for it (launcher serve --library)."
+        )
+        self.idle_unload = QSpinBox()
+        self.idle_unload.setRange(0, 24 * 60)
+        self.idle_unload.setSuffix(" idle minutes")
+        self.idle_unload.setSpecialValueText("Never")
+        self.idle_unload.setToolTip(
+            "A model no request used for this long is unloaded, its memory given back, and loaded again by"
+            " the next request that names it (launcher serve --ttl)."
+        )
 
         form = QFormLayout()
         form.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
@@ -93,9 +113,13 @@ class ServerPanel(Card):
         form.addRow("P&ort", self.port)
         form.addRow(key_label, key_row)
         form.addRow("", self.allow_network)
+        form.addRow("", self.library)
+        unload_label = QLabel("&Unload after")
+        unload_label.setBuddy(self.idle_unload)
+        form.addRow(unload_label, self.idle_unload)
         form_box = QWidget()
         form_box.setLayout(form)
-        form_box.setMaximumWidth(self.fontMetrics().horizontalAdvance("M") * 36)
+        form_box.setMaximumWidth(self.fontMetrics().horizontalAdvance("M") * 40)
         columns = QHBoxLayout()
         columns.setSpacing(24)
         columns.addWidget(form_box, 3)
@@ -133,7 +157,7 @@ class ServerPanel(Card):
         side.addLayout(buttons)
         side.addStretch(1)
 
-        for widget in (self.engine, self.context, self.parallel, self.port, self.api_key, self.allow_network):
+        for widget in self._form_widgets():
             signal = (
                 getattr(widget, "currentIndexChanged", None)
                 or getattr(widget, "valueChanged", None)
@@ -147,6 +171,18 @@ class ServerPanel(Card):
         server.finished.connect(self._finished)
         self.load_config(ServeConfig())
         self._state_changed(server.state)
+
+    def _form_widgets(self) -> tuple[QWidget, ...]:
+        return (
+            self.engine,
+            self.context,
+            self.parallel,
+            self.port,
+            self.api_key,
+            self.allow_network,
+            self.library,
+            self.idle_unload,
+        )
 
     # -- form <-> ServeConfig ----------------------------------------------------------------
     def set_model(self, spec: str, label: str) -> None:
@@ -163,6 +199,8 @@ class ServerPanel(Card):
         self.port.setValue(config.port)
         self.api_key.setText(config.api_key or "")
         self.allow_network.setChecked(not config.is_loopback)
+        self.library.setChecked(config.library)
+        self.idle_unload.setValue(ttl_minutes(config.ttl))
 
     def config(self) -> ServeConfig:
         """The form as a ServeConfig (network access forces a key)."""
@@ -175,6 +213,8 @@ class ServerPanel(Card):
             port=self.port.value(),
             api_key=key,
             host="0.0.0.0" if self.allow_network.isChecked() else "127.0.0.1",
+            library=self.library.isChecked(),
+            ttl=self.idle_unload.value() * 60 or None,
         )
 
     def _network_toggled(self, on: bool) -> None:
@@ -199,7 +239,7 @@ class ServerPanel(Card):
         self.start_button.setEnabled(not running)
         self.stop_button.setEnabled(state in ("starting", "ready"))
         self.restart_button.setEnabled(state == "ready" or (not running and self.server.config is not None))
-        for widget in (self.engine, self.context, self.parallel, self.port, self.api_key, self.allow_network):
+        for widget in self._form_widgets():
             widget.setEnabled(not running)
         if state == "starting":
             self.detail.setText("The server process is loading the model; its log is on the Logs page.")
