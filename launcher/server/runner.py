@@ -110,7 +110,9 @@ def _pool_for(config: ServeConfig, first: ServeSetup | None, metrics: ServerMetr
     from launcher.hardware.probe import probe_machine
 
     def library() -> list[ModelEntry]:
-        return [library_entry(config, entry.name) for entry in scan_library() if entry.usable]
+        # The starter counts before its first assembly: loading it assembles it.
+        usable = (entry for entry in scan_library() if entry.usable or entry.source == "starter")
+        return [library_entry(config, entry.name) for entry in usable]
 
     for name, preset in config.presets.items():  # a typo in a preset stops the start, not its first request
         try:
@@ -166,10 +168,13 @@ def serve(config: ServeConfig) -> int:
         logging.getLogger("launcher.requests").setLevel(logging.INFO)
     has_startup_model = bool(config.model) or not config.serves_many
     first = plan(config) if has_startup_model else None
+    # Other models are planned from the settings as given, not from the startup model's decision
+    # (its context and GPU layers would not suit a model of another size).
+    asked = config
     if first is not None:
         config = first.config
     metrics = ServerMetrics()
-    pool = _pool_for(config, first, metrics)
+    pool = _pool_for(asked, first, metrics)
     state = ServerState(config=config, pool=pool, metrics=metrics, startup=first.model.name if first else None)
     sock = bind_socket(config.host, config.port)
     port = sock.getsockname()[1]

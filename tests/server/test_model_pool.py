@@ -293,3 +293,18 @@ def test_a_preset_naming_no_model_stops_the_start_and_an_unknown_name_is_a_404(
         response.json()["error"]["code"] == "model_not_found"
         and "Models: small." in response.json()["error"]["message"]
     )
+
+
+def test_a_library_model_gets_its_own_plan_not_the_startup_models(
+    two_models: tuple[Path, Path], tmp_path: Path, running: list[RunningServer]
+) -> None:
+    """The starter, loaded by name beside a tiny model, is planned for itself (context up to its
+    32k), not given the tiny model's (at most its 4k)."""
+    argv = [str(two_models[0]), "--port", "0", "--library", "--parallel", "1"]  # no --context: each its own
+    server = launch_serve(argv, tmp_path / "home")
+    running.append(server)
+    tiny = server.ready["context_length"]
+    assert tiny <= 4096  # the tiny model's own limit
+    assert chat(server, "gemma-3-270m").status_code == 200
+    contexts = {m["id"]: m["context_length"] for m in httpx.get(server.url + "/launcher/models").json()["models"]}
+    assert contexts[server.ready["model"]] == tiny and contexts["gemma-3-270m"] > 4096
