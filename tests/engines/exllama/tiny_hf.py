@@ -1,10 +1,12 @@
 """A tiny random-weight Llama in Hugging Face layout (config.json, safetensors, tokenizer.json).
 
-Used twice: by the CPU tests (with an EXL3/EXL2 `quantization_config` stamped on, so the engines
-accept the folder while a stand-in runtime plays the GPU part), and by scripts/gpu-check, which
-converts the plain folder to real EXL3/EXL2 with the upstream converters. The tokenizer is a real
-byte-level BPE trained with `tokenizers` on a few lines of text, with ChatML special tokens and a
-tool-capable ChatML chat template, so prompts, chat templates and grammars behave as with a real model.
+Used by the CPU tests (with an EXL3/EXL2 `quantization_config` stamped on, so the engines
+accept the folder while a stand-in runtime plays the GPU part), by scripts/gpu-check, which
+converts the plain folder to real EXL3/EXL2 with the upstream converters, and by the real-vLLM
+checks (tests/engines/real_vllm.py, scripts/check-vllm), which serve the plain folder. The
+tokenizer is a real byte-level BPE trained with `tokenizers` on a few lines of text, with ChatML
+special tokens and a tool-capable ChatML chat template, so prompts, chat templates and grammars
+behave as with a real model.
 Dimensions are multiples of 128 because the EXL3 quantizer works in 128-wide blocks.
 """
 
@@ -122,7 +124,7 @@ def write_tiny_hf_model(directory: Path, *, quant_method: str | None = None, bit
     return directory
 
 
-if __name__ == "__main__":  # used by scripts/gpu-check: python -m tests.engines.exllama.tiny_hf OUT_DIR
+if __name__ == "__main__":  # scripts/gpu-check, scripts/check-vllm: python -m tests.engines.exllama.tiny_hf OUT_DIR
     import sys
 
     print(write_tiny_hf_model(Path(sys.argv[1])))
