@@ -42,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "gpu-pack": "list, install or remove the GPU backends of llama.cpp (CUDA, Vulkan)",
     "ps": "list the models a running server has loaded, or unload one",
     "handoff": "turn the plan into a vLLM or SGLang deployment for bigger machines",
+    "remote": "add, list or remove OpenAI-compatible endpoints whose models the server serves as NAME/model",
 }
 
 

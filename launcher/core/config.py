@@ -29,6 +29,10 @@ DEFAULT_SWA_CHECKPOINT_MB = 1024
 AUTO_ENGINE = "auto"
 """`engine` for "the advisor's choice"; any other value names an engine in `launcher.engine_specs`."""
 
+CHILD_ENGINES = ("vllm", "sglang")
+"""Engines `launcher serve` runs as a supervised child server behind its own endpoint, not in-process
+(launcher/engines/child_server.py): the datacenter engines, with their own OpenAI-compatible servers."""
+
 
 class ServeConfig(BaseModel):
     """Everything `launcher serve` needs besides the model."""

@@ -53,8 +53,9 @@ async def health(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    """GET /metrics: Prometheus text."""
+    """GET /metrics: Prometheus text (the remote models' numbers read from their servers first)."""
     state: ServerState = request.app.state.server
+    await state.remotes.refresh_metrics()
     return Response(state.metrics.render(), media_type=CONTENT_TYPE)
 
 
@@ -98,6 +99,7 @@ def serving_app(state: ServerState) -> Starlette:
     """The server app around `state`: routes, error shapes, security, metrics, and the models'
     lifecycle (the startup load, idle unloads, everything freed at shutdown)."""
     config = state.config
+    state.metrics.remote_stats = state.remotes.gauges.latest
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -112,6 +114,7 @@ def serving_app(state: ServerState) -> Starlette:
                 await reaper
             # A load still running cannot be interrupted; the process exit frees it.
             state.pool.close()
+            await state.remotes.aclose()
 
     api_routes = [*routes_models.ROUTES, *routes_openai.ROUTES, *routes_responses.ROUTES, *routes_anthropic.ROUTES]
     routes = [

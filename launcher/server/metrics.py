@@ -13,6 +13,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -113,18 +114,37 @@ class ModelMetrics:
         self.decode_rate = RateWindow()
 
 
+@dataclass(frozen=True)
+class RemoteModelStats:
+    """A remote model's live numbers, as its own server's /metrics said them (server/remote_metrics.py).
+
+    The KV cache sizes are None where the remote gives only its fill (vLLM)."""
+
+    model: str
+    requests_running: float = 0.0
+    requests_waiting: float = 0.0
+    kv_cache_usage_ratio: float | None = None
+    kv_cache_used_tokens: float | None = None
+    kv_cache_total_tokens: float | None = None
+    decode_tokens_per_second: float = 0.0
+    prefill_tokens_per_second: float = 0.0
+
+
 class _LiveCollector(Collector):
-    """What is read at scrape time, per model: busy seconds, the rates and the engine's own stats.
+    """What is read at scrape time, per model: busy seconds, the rates and the engine's own stats, and
+    the remote models' numbers under the same names.
 
     A model that was unloaded drops out of the engine gauges (its memory is gone) but keeps its
     counters, which never go down.
     """
 
-    def __init__(self, models: Callable[[], list[ModelMetrics]]) -> None:
+    def __init__(self, models: Callable[[], list[ModelMetrics]], remote: Callable[[], list[RemoteModelStats]]) -> None:
         self._models = models
+        self._remote = remote
 
     def collect(self) -> Iterator[Metric]:
         models = self._models()
+        remote = self._remote()
         labels = [MODEL_LABEL]
         busy = CounterMetricFamily("launcher_busy_seconds", "time with at least one stream generating", labels=labels)
         prefill = GaugeMetricFamily(
@@ -137,8 +157,11 @@ class _LiveCollector(Collector):
             busy.add_metric([model.name], model.busy.seconds())
             prefill.add_metric([model.name], model.prefill_rate.rate())
             decode.add_metric([model.name], model.decode_rate.rate())
+        for stats in remote:
+            prefill.add_metric([stats.model], stats.prefill_tokens_per_second)
+            decode.add_metric([stats.model], stats.decode_tokens_per_second)
         yield from (busy, prefill, decode)
-        yield from _engine_families([(model.name, model.stats()) for model in models])
+        yield from _engine_families([(model.name, model.stats()) for model in models], remote)
 
 
 _ENGINE_GAUGES = {  # metric -> (help, EngineStats attribute)
@@ -164,19 +187,35 @@ _ENGINE_COUNTERS = {
 }
 
 
-def _engine_families(models: list[tuple[str, EngineStats | None]]) -> Iterator[Metric]:
-    """The engines' live stats, one sample per loaded model."""
+_REMOTE_GAUGES = {  # the engine gauges a remote's /metrics can fill in
+    "launcher_requests_running": "requests_running",
+    "launcher_requests_waiting": "requests_waiting",
+    "launcher_kv_cache_used_tokens": "kv_cache_used_tokens",
+    "launcher_kv_cache_total_tokens": "kv_cache_total_tokens",
+}
+
+
+def _engine_families(models: list[tuple[str, EngineStats | None]], remote: list[RemoteModelStats]) -> Iterator[Metric]:
+    """The engines' live stats, one sample per loaded model, then the remote models' where they are known."""
     loaded = [(name, stats) for name, stats in models if stats is not None]
     labels = [MODEL_LABEL]
     for name, (doc, attribute) in _ENGINE_GAUGES.items():
         gauge = GaugeMetricFamily(name, doc, labels=labels)
         for model, stats in loaded:
             gauge.add_metric([model], getattr(stats, attribute))
+        remote_attribute = _REMOTE_GAUGES.get(name)
+        for remote_stats in remote if remote_attribute else []:
+            value = getattr(remote_stats, remote_attribute or "")
+            if value is not None:
+                gauge.add_metric([remote_stats.model], value)
         yield gauge
     ratio = GaugeMetricFamily("launcher_kv_cache_usage_ratio", "KV cache fill, 0..1", labels=labels)
     for model, stats in loaded:
         total = stats.kv_cache_total_tokens
         ratio.add_metric([model], stats.kv_cache_used_tokens / total if total else 0.0)
+    for remote_stats in remote:
+        if remote_stats.kv_cache_usage_ratio is not None:
+            ratio.add_metric([remote_stats.model], remote_stats.kv_cache_usage_ratio)
     yield ratio
     for name, (doc, attribute) in _ENGINE_COUNTERS.items():
         counter = CounterMetricFamily(name, doc, labels=labels)
@@ -246,7 +285,9 @@ class ServerMetrics:
         self._models: dict[str, ModelMetrics] = {}
         self._loaded: dict[str, ModelMetrics] = {}
         self._lock = threading.Lock()
-        reg.register(_LiveCollector(self._loaded_models))
+        # The remote models' numbers (server/remote_metrics.py sets this; read at each scrape)
+        self.remote_stats: Callable[[], list[RemoteModelStats]] = list
+        reg.register(_LiveCollector(self._loaded_models, lambda: self.remote_stats()))
 
     def for_model(self, name: str, stats: Callable[[], EngineStats | None]) -> ModelMetrics:
         """The series of a model that was just loaded (the same counters again if it was loaded before)."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from launcher.core.config import ServeConfig
 from launcher.core.errors import ConfigError
 from launcher.server.model_slot import ModelEntry
+from launcher.server.remotes import Remotes, remote_entry
 
 
 def alias_target(aliases: dict[str, str], name: str) -> str | None:
@@ -41,6 +42,10 @@ class ModelNames:
             return self.entries.get(target)
         return self.entries.get(self.default) if self.default else None
 
+    def knows(self, requested: str) -> bool:
+        """True when `requested` is a model's name or an alias (not a name only the default answers)."""
+        return requested in self.entries or alias_target(self.aliases, requested) is not None
+
     def aliases_of(self, name: str) -> list[str]:
         """The aliases that lead to `name`."""
         return [alias for alias, target in self.aliases.items() if target == name]
@@ -57,32 +62,51 @@ def library_entry(config: ServeConfig, name: str) -> ModelEntry:
 
 
 def server_names(
-    config: ServeConfig, served: str | None, library: list[str], served_as: tuple[str, ...] = ()
+    config: ServeConfig,
+    served: str | None,
+    library: list[str],
+    served_as: tuple[str, ...] = (),
+    remotes: Remotes | None = None,
 ) -> ModelNames:
     """The names of a server started with `config`.
 
     `served` is the MODEL argument's name (None when the server only loads by name), `served_as`
     its other names (the model's own id under `--alias NAME`, the path it was given as); `library`
-    the local library's model names when `--library` is on. Presets (`[models.NAME]` tables) come
-    with their aliases; `--alias NAME=MODEL` adds more. An alias to a model the server cannot load
-    stops the start, instead of failing every request that uses it.
+    the local library's model names when `--library` is on; `remotes` the upstreams' models
+    (`NAME/model`; `served` may be one of them). Presets (`[models.NAME]` tables) come with their
+    aliases, and may name a remote model; `--alias NAME=MODEL` adds more. An alias to a model the
+    server cannot load stops the start, instead of failing every request that uses it.
     """
     ttl = float(config.ttl) if config.ttl else None
+    remotes = remotes or Remotes()
     entries: dict[str, ModelEntry] = {}
     for name in library:
         entries[name] = library_entry(config, name)
+    for entry in remotes.entries(config):
+        entries.setdefault(entry.name, entry)  # a library model of the same name stays local
     aliases: dict[str, str] = {}
     default = served
     for name, preset in config.presets.items():
         preset_ttl = float(preset.ttl) if preset.ttl else ttl
-        entries[name] = ModelEntry(name, preset.config_for(config), preset_ttl, "preset")
+        remote = remotes.named(preset.model)
+        if remote is not None:  # a preset may give a remote model another name and its own limits
+            entries[name] = remote_entry(preset.config_for(config), remote, name, origin="preset")
+        else:
+            entries[name] = ModelEntry(name, preset.config_for(config), preset_ttl, "preset")
         aliases.update({alias: name for alias in preset.aliases})
         if preset.default:
             default = name
     if served is not None:
-        entries[served] = ModelEntry(served, config.model_copy(update={"presets": {}}), ttl, "served")
+        remote = remotes.named(served)
+        if remote is not None:
+            entries[served] = remote_entry(config, remote, served)
+        else:
+            entries[served] = ModelEntry(served, config.model_copy(update={"presets": {}}), ttl, "served")
     for alias, target in config.alias_map.items():
         aliases[alias] = served if served is not None and target in served_as else target
+        remote = remotes.named(target) if target not in entries else None
+        if remote is not None:  # an alias to a remote model its remote did not list (yet)
+            entries[target] = remote_entry(config, remote)
     names = ModelNames(entries, aliases, default)
     for alias, target in names.aliases.items():
         if target not in entries:

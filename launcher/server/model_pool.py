@@ -25,7 +25,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 
@@ -64,6 +64,8 @@ class PreparedLoad:
 
 Prepare = Callable[[ModelEntry], PreparedLoad]
 """Plans a load (runs on a worker thread: it may probe the machine and read the model's header)."""
+Refresh = Callable[[str], Awaitable[list[ModelEntry]]]
+"""Models an upstream lists now for a name this server does not know (server/remotes.py)."""
 
 
 class ModelPool:
@@ -78,6 +80,7 @@ class ModelPool:
         budget_bytes: int | None = None,
         max_models: int | None = None,
         rescan: Callable[[], list[ModelEntry]] | None = None,
+        refresh: Refresh | None = None,
     ) -> None:
         self.names = names
         self.metrics = metrics
@@ -88,6 +91,7 @@ class ModelPool:
         self.load_counts: Counter[str] = Counter()  # loads per name: a model reloaded often wants a longer TTL
         self._prepare = prepare
         self._rescan = rescan
+        self._refresh = refresh
         self._rescanned_at = 0.0
         self._loading: dict[str, asyncio.Task[ModelSlot]] = {}
         self._memory_lock = asyncio.Lock()
@@ -96,6 +100,9 @@ class ModelPool:
 
     async def entry(self, requested: str) -> ModelEntry:
         """The entry a request's `model` names; a 404 listing what there is when none."""
+        if self._refresh is not None and not self.names.knows(requested):
+            for found in await self._refresh(requested):  # a remote's model listed since the start
+                self.names.add(found)
         entry = self.names.resolve(requested)
         if entry is None and self._rescan is not None and time.monotonic() - self._rescanned_at > RESCAN_EVERY_S:
             self._rescanned_at = time.monotonic()  # pulled since the server started? (not on every typo)
@@ -134,6 +141,8 @@ class ModelPool:
     async def acquire(self, requested: str, *, ttl_s: float | None = None) -> ModelSlot:
         """The loaded model for `requested`, loading it first if needed; held until `release`."""
         entry = await self.entry(requested)
+        if entry.remote is not None:
+            raise remote_only_chat(entry)
         while True:
             slot = self.slots.get(entry.name)
             if slot is None:
@@ -327,6 +336,19 @@ class ModelPool:
         for slot in slots:
             with suppress(Exception):
                 slot.model.close()
+
+
+def remote_only_chat(entry: ModelEntry) -> ApiError:
+    """The answer to what is not a chat request for a remote model: only chat is passed on."""
+    upstream = entry.remote.upstream if entry.remote is not None else None
+    where = f"the remote {upstream.name} ({upstream.base_url})" if upstream is not None else "a remote"
+    return ApiError(
+        400,
+        f"{entry.name} is served by {where}; this server passes only chat requests to it (Chat Completions, "
+        "Messages, Responses), not completions, embeddings, token counts or loads.",
+        param="model",
+        code="remote_model",
+    )
 
 
 def _load_error(name: str, err: LauncherError) -> ApiError:

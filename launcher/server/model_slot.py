@@ -12,6 +12,7 @@ from launcher.server.control_text import ControlText
 from launcher.server.generation import Generation
 from launcher.server.metrics import ModelMetrics
 from launcher.server.templates import ChatTemplate
+from launcher.server.upstream import RemoteModel
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,8 @@ class ModelEntry:
     name: str
     config: ServeConfig  # `config.model` is what to load; the rest are its settings
     ttl_s: float | None = None  # unload after this many idle seconds (None: keep it)
-    origin: str = "served"  # "served" (the MODEL argument), "preset" or "library"
+    origin: str = "served"  # "served" (the MODEL argument), "preset", "library" or "remote"
+    remote: RemoteModel | None = None  # another server answers it: nothing loads here (server/remote_chat.py)
 
 
 @dataclass

@@ -100,7 +100,8 @@ async def start_chat_request(
     """Read, check and start a chat request of any API.
 
     Every error is raised before any output, except for a stream whose model must load first:
-    that one starts at once (`ColdStart`) and reports what goes wrong in the stream.
+    that one starts at once (`ColdStart`) and reports what goes wrong in the stream. A remote
+    model's request goes to its upstream (`RemoteChat`), whatever API it arrived on.
     """
     state = state_of(request)
     body = await parse_body(request, schema)
@@ -108,6 +109,9 @@ async def start_chat_request(
     check_options(options)
     reply_id = new_id(id_prefix)
     options.settings.request_id = reply_id
+    remote = await state.remote_entry(body.model)
+    if remote is not None:
+        return StartedChat(body, remote.name, reply_id, await state.remotes.start_chat(remote, options, state.metrics))
     if body.stream and state.needs_load(body.model):
         entry = await state.pool.entry(body.model)  # an unknown name is still a 404
         state.check_open()

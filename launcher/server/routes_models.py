@@ -41,7 +41,24 @@ def loaded_card(slot: ModelSlot) -> ModelCard:
     )
 
 
+def remote_card(entry: ModelEntry) -> ModelCard:
+    """A remote model's /v1/models entry: always ready (nothing loads here), owned by its remote."""
+    assert entry.remote is not None
+    upstream = entry.remote.upstream
+    return ModelCard(
+        id=entry.name,
+        owned_by=upstream.name,
+        context_length=entry.remote.context_length,
+        max_model_len=entry.remote.context_length,
+        max_output_tokens=entry.config.max_output_tokens,
+        engine=upstream.engine,
+        remote=upstream.name,
+    )
+
+
 def _entry_card(state: ServerState, entry: ModelEntry) -> ModelCard:
+    if entry.remote is not None:
+        return remote_card(entry)
     slot = state.pool.slots.get(entry.name)
     if slot is not None:
         return loaded_card(slot)
@@ -79,8 +96,15 @@ async def get_model(request: Request) -> Response:
 
 
 async def loaded_models(request: Request) -> Response:
-    """GET /launcher/models: what is loaded now, with memory and activity (`launcher ps`)."""
-    pool = state_of(request).pool
+    """GET /launcher/models: what is loaded now, with memory and activity (`launcher ps`), and the
+    remote models (served by other servers: nothing of theirs is loaded here)."""
+    state = state_of(request)
+    pool = state.pool
+    remote = {
+        name: {"remote": entry.remote.upstream.name, "url": entry.remote.upstream.base_url, "model": entry.remote.model}
+        for name, entry in sorted(pool.names.entries.items())
+        if entry.remote is not None
+    }
     return JSONResponse(
         {
             "models": [slot.describe() for slot in sorted(pool.slots.values(), key=lambda s: s.id)],
@@ -89,6 +113,7 @@ async def loaded_models(request: Request) -> Response:
             "memory_used_bytes": pool.used_bytes,
             "max_models": pool.max_models,
             "loads": dict(pool.load_counts),
+            "remote_models": remote,
         }
     )
 

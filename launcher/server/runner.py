@@ -9,22 +9,28 @@ import json
 import logging
 import os
 import secrets
+import signal
 import socket
 import sys
+import threading
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from launcher.core.config import ServeConfig
+from launcher.core.config import CHILD_ENGINES, ServeConfig
 from launcher.core.errors import ConfigError, LauncherError, ServerError
 from launcher.server.metrics import ServerMetrics
 from launcher.server.model_names import library_entry, server_names
 from launcher.server.model_pool import ModelPool, PreparedLoad
 from launcher.server.model_slot import ModelEntry
 from launcher.server.planning import ServeSetup, plan, resolve
+from launcher.server.remotes import Remotes, list_all, registered_upstreams
+from launcher.server.upstream import RemoteModel, Upstream
 
 if TYPE_CHECKING:
     import uvicorn
     from starlette.applications import Starlette
 
+    from launcher.engines.child_server import ChildServer
     from launcher.hardware.machine import Machine
     from launcher.server.state import ServerState
 
@@ -102,9 +108,12 @@ def _free_memory(machine: Machine) -> int:
     return machine.memory.available + gpus
 
 
-def _pool_for(config: ServeConfig, first: ServeSetup | None, metrics: ServerMetrics) -> ModelPool:
+def _pool_for(
+    config: ServeConfig, first: ServeSetup | None, metrics: ServerMetrics, remotes: Remotes, served_remote: str | None
+) -> ModelPool:
     """The pool of a real server: loads planned by the advisor on the machine as it is at each load,
-    the MODEL argument's (already planned by `serve`) first."""
+    the MODEL argument's (already planned by `serve`) first; `served_remote` is the MODEL argument
+    when an upstream serves it (a remote's `NAME/model`, a vLLM child's model)."""
     from launcher.catalog.library import scan_library
     from launcher.engines import registry
     from launcher.hardware.probe import probe_machine
@@ -115,13 +124,15 @@ def _pool_for(config: ServeConfig, first: ServeSetup | None, metrics: ServerMetr
         return [library_entry(config, entry.name) for entry in usable]
 
     for name, preset in config.presets.items():  # a typo in a preset stops the start, not its first request
+        if remotes.named(preset.model) is not None:
+            continue
         try:
             resolve(preset.model)
         except LauncherError as err:
             raise ConfigError(f"[models.{name}] model = {preset.model!r}: {err}") from err
-    startup = first.model.name if first is not None else None
+    startup = first.model.name if first is not None else served_remote
     library_models = [entry.name for entry in library()] if config.library else []
-    names = server_names(config, startup, library_models, (config.model,) if config.model else ())
+    names = server_names(config, startup, library_models, (config.model,) if config.model else (), remotes)
     planned = {startup: first} if first is not None and startup is not None else {}
 
     def prepare(entry: ModelEntry) -> PreparedLoad:
@@ -145,18 +156,54 @@ def _pool_for(config: ServeConfig, first: ServeSetup | None, metrics: ServerMetr
         budget_bytes=budget,
         max_models=config.max_models,
         rescan=library if config.library else None,
+        refresh=lambda requested: remotes.refresh(requested, config),
     )
+
+
+def _remotes(config: ServeConfig, child: ChildServer | None) -> tuple[Remotes, str | None]:
+    """The registered remotes and their models (listed now; warnings go to stderr), the vLLM or SGLang
+    child's model, and which of them the MODEL argument names (None: a local model, or none)."""
+    upstreams, warnings = registered_upstreams()
+    models, listing_warnings = list_all(upstreams)
+    for warning in [*warnings, *listing_warnings]:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    served: str | None = None
+    if child is not None:
+        upstream = Upstream(child.engine, child.base_url, child.api_key, engine=child.engine)
+        upstreams.append(upstream)
+        models.append(RemoteModel(upstream, child.served_name, config.context))
+        served = child.served_name
+    remotes = Remotes(upstreams, models)
+    if served is None and config.model and remotes.named(config.model) is not None:
+        served = config.model  # `launcher serve gpu/qwen3`: a remote model answers every other name
+    return remotes, served
+
+
+def _start_child(config: ServeConfig) -> ChildServer | None:
+    """`--engine vllm|sglang`: the engine's own server as a child (None for in-process engines)."""
+    if config.engine not in CHILD_ENGINES:
+        return None
+    from launcher.engines.child_server import start_child
+
+    if not config.model:
+        raise ConfigError(f"--engine {config.engine} needs the model to serve: a catalog id, a Hub repo or a folder.")
+    child = start_child(config.engine, config.model, served_name=config.served_name, context=config.context)
+    print(
+        f"Starting {config.engine} for {child.served_name} on {child.base_url} (its output follows, prefixed)...",
+        file=sys.stderr,
+        flush=True,
+    )
+    return child
 
 
 def serve(config: ServeConfig) -> int:
     """Plan, bind, load (in the background, /health says 503 meanwhile), announce, serve until a signal.
 
     With `--library` or presets, models load by name on request; a MODEL given as well is loaded
-    at the start and answers the names nothing else matches.
+    at the start and answers the names nothing else matches. The registered remotes' models are
+    served as `NAME/model` (server/remotes.py); `--engine vllm|sglang` runs the engine's own server
+    as a child and serves through it (engines/child_server.py), stopping it on the way out.
     """
-    from launcher.server.app import serving_app
-    from launcher.server.state import ServerState
-
     if not config.is_loopback and not config.api_key:
         config = config.model_copy(update={"api_key": secrets.token_urlsafe(24)})
         print(
@@ -166,7 +213,46 @@ def serve(config: ServeConfig) -> int:
         )
     if config.log_requests != "off":  # the request log shows at the default WARNING level too, as llama-server's
         logging.getLogger("launcher.requests").setLevel(logging.INFO)
-    has_startup_model = bool(config.model) or not config.serves_many
+    child = _start_child(config)  # first: it loads while the rest starts
+    if child is None:
+        return _serve(config, None)
+    return _serve_with_child(config, child)
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived: the child is stopped before the server goes as the signal says."""
+
+
+def _serve_with_child(config: ServeConfig, child: ChildServer) -> int:
+    """`_serve`, stopping the child on every way out. uvicorn answers SIGTERM with a graceful stop and then
+    raises the signal again with the handler it found, which by default ends the process at once: this
+    handler turns that into an exception, so the child is stopped first and the signal then ends us."""
+
+    def terminated(signum: int, frame: object) -> None:
+        raise _Terminated(signum)
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, terminated) if main_thread else None
+    ended_by: int | None = None
+    try:
+        return _serve(config, child)
+    except _Terminated as stop:
+        ended_by = int(stop.args[0])
+        return 128 + ended_by
+    finally:
+        child.stop()
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+        if ended_by is not None:
+            signal.raise_signal(ended_by)
+
+
+def _serve(config: ServeConfig, child: ChildServer | None) -> int:
+    from launcher.server.app import serving_app
+    from launcher.server.state import ServerState
+
+    remotes, served_remote = _remotes(config, child)
+    has_startup_model = (bool(config.model) or not config.serves_many) and served_remote is None
     first = plan(config) if has_startup_model else None
     # Other models are planned from the settings as given, not from the startup model's decision
     # (its context and GPU layers would not suit a model of another size).
@@ -174,14 +260,36 @@ def serve(config: ServeConfig) -> int:
     if first is not None:
         config = first.config
     metrics = ServerMetrics()
-    pool = _pool_for(asked, first, metrics)
-    state = ServerState(config=config, pool=pool, metrics=metrics, startup=first.model.name if first else None)
+    pool = _pool_for(asked, first, metrics, remotes, served_remote)
+    state = ServerState(
+        config=config,
+        pool=pool,
+        metrics=metrics,
+        startup=first.model.name if first else None,
+        remotes=remotes,
+    )
     sock = bind_socket(config.host, config.port)
     port = sock.getsockname()[1]
     app = serving_app(state)
     server = uvicorn_server(app, config)
     if first is not None:
         print(f"Loading {first.model.name} with {first.engine} ({first.engine_reason})...", file=sys.stderr, flush=True)
+    if child is not None:
+        state.prepare = _child_ready(child, lambda: bool(server.should_exit))
+    exit_code = 0
+
+    async def watch_child() -> None:
+        """A child that dies leaves nothing to serve: the server stops with its error."""
+        nonlocal exit_code
+        assert child is not None
+        while not server.should_exit:
+            code = child.exited()
+            if code is not None:
+                print(f"error: {child.failure(f'{child.engine} exited with code {code}')}", file=sys.stderr, flush=True)
+                exit_code = 1
+                server.should_exit = True
+                return
+            await asyncio.sleep(1.0)
 
     async def main() -> int:
         serving = asyncio.create_task(server.serve(sockets=[sock]))
@@ -201,15 +309,28 @@ def serve(config: ServeConfig) -> int:
         url = public_url(config.host, port)
         print("LAUNCHER_READY " + json.dumps(_ready(state, url, config)), flush=True)
         count = len(pool.names.entries)
-        what = state.startup or f"{count} model{'' if count == 1 else 's'} on request"
+        what = state.startup or served_remote or f"{count} model{'' if count == 1 else 's'} on request"
         print(f"Serving {what} on {url}/v1 (Ctrl+C to stop)", file=sys.stderr, flush=True)
+        watcher = asyncio.create_task(watch_child()) if child is not None else None
         await serving
-        return 0
+        if watcher is not None:
+            watcher.cancel()
+        return exit_code
 
     try:
         return asyncio.run(main())
     finally:
         sock.close()
+
+
+def _child_ready(child: ChildServer, stopping: Callable[[], bool]) -> Callable[[], Awaitable[None]]:
+    """The wait for the child's /health, as the server's `prepare` (on a thread: it polls)."""
+    import anyio
+
+    async def ready() -> None:
+        await anyio.to_thread.run_sync(lambda: child.wait_ready(cancelled=stopping))
+
+    return ready
 
 
 def _ready(state: ServerState, url: str, config: ServeConfig) -> dict[str, object]:
@@ -221,6 +342,9 @@ def _ready(state: ServerState, url: str, config: ServeConfig) -> dict[str, objec
         "pid": os.getpid(),
         "models": sorted(state.pool.names.entries),
     }
+    default = state.pool.names.entries.get(state.pool.names.default or "")
+    if default is not None and default.remote is not None:  # a remote model or a vLLM child answers
+        ready |= {"model": default.name, "engine": default.remote.upstream.engine}
     slot = state.startup_slot
     if slot is not None:
         info = slot.model.info

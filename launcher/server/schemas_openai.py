@@ -352,6 +352,7 @@ class ModelCard(WireModel):
     can_embed: Annotated[bool | None, OMIT_IF_NONE] = None
     memory_bytes: Annotated[int | None, OMIT_IF_NONE] = None  # the advisor's estimate of what it takes
     alias_for: Annotated[str | None, OMIT_IF_NONE] = None
+    remote: Annotated[str | None, OMIT_IF_NONE] = None  # the registered remote that serves it (`launcher remote`)
 
 
 class ModelList(WireModel):

@@ -2,7 +2,8 @@
 
 A server started with a MODEL loads it on a background thread (the app shows /health 503
 "loading" meanwhile); requests for it wait for that load. A server that loads by name
-(`--library`, presets) has nothing to wait for at start.
+(`--library`, presets) has nothing to wait for at start; one that runs a vLLM or SGLang child
+waits for the child's /health the same way (`prepare`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -19,7 +20,8 @@ from launcher.core.errors import LauncherError
 from launcher.server.errors import ApiError
 from launcher.server.metrics import ServerMetrics
 from launcher.server.model_pool import ModelPool
-from launcher.server.model_slot import ModelSlot
+from launcher.server.model_slot import ModelEntry, ModelSlot
+from launcher.server.remotes import Remotes
 from launcher.server.request_log import current_request
 from launcher.server.sse import KEEPALIVE_INTERVAL_S
 
@@ -40,6 +42,8 @@ class ServerState:
     started: threading.Event = field(default_factory=threading.Event)  # the startup load has ended
     keepalive_s: float = KEEPALIVE_INTERVAL_S  # silence before a stream sends a keep-alive
     draining: bool = False  # the server is stopping: no new generations
+    remotes: Remotes = field(default_factory=Remotes)  # the upstream servers of remote models
+    prepare: Callable[[], Awaitable[None]] | None = None  # what must be ready first (a vLLM child's start)
 
     @property
     def startup_slot(self) -> ModelSlot | None:
@@ -49,11 +53,15 @@ class ServerState:
     async def load_startup(self) -> None:
         """Load the startup model (the lifespan runs this as a task); its error is kept for /health."""
         try:
+            if self.prepare is not None:
+                await self.prepare()
             if self.startup is not None:
                 await self.pool.acquire(self.startup)
                 self.pool.release(self.pool.slots[self.startup])
         except ApiError:
             self.startup_error = self.pool.errors.get(self.startup or "") or LauncherError("the model failed to load")
+        except LauncherError as err:  # from `prepare`
+            self.startup_error = err
         except asyncio.CancelledError:
             raise
         finally:
@@ -78,6 +86,18 @@ class ServerState:
                 record.model, record.asked = slot.id, requested
             yield slot
 
+    async def remote_entry(self, requested: str) -> ModelEntry | None:
+        """The remote model a request's `model` names (None: a local one, or a 404 for no model at all);
+        the request log records who answers."""
+        entry = await self.pool.entry(requested)
+        if entry.remote is None:
+            return None
+        self.check_open()
+        record = current_request()
+        if record is not None:
+            record.model, record.asked = entry.name, requested
+        return entry
+
     def needs_load(self, requested: str) -> bool:
         """True when a request for `requested` would wait for a load."""
         return self.pool.loaded_slot(requested) is None
@@ -87,10 +107,13 @@ class ServerState:
         client gets its `finish_reason` and `[DONE]` (or `message_stop`) instead of a cut stream."""
         self.draining = True
         running = [g for slot in self.pool.slots.values() for g in list(slot.live)]
-        if running:
-            log.info("stopping: ending %d running generation(s)", len(running))
+        relayed = self.remotes.interrupt("the server is shutting down")  # at their next piece
+        if running or relayed:
+            log.info("stopping: ending %d running generation(s)", len(running) + len(relayed))
         for generation in running:
             await generation.interrupt("the server is shutting down")
         deadline = asyncio.get_running_loop().time() + timeout_s
-        while any(not g.finished for g in running) and asyncio.get_running_loop().time() < deadline:
+        while (any(not g.finished for g in running) or any(not r.finished for r in relayed)) and (
+            asyncio.get_running_loop().time() < deadline
+        ):
             await asyncio.sleep(0.02)

@@ -1,0 +1,218 @@
+"""Remote endpoints: OpenAI-compatible servers whose models this launcher's server serves as `NAME/model`.
+
+A vLLM or SGLang cluster, another machine running the launcher, or a hosted provider is
+registered once (`launcher remote add NAME URL`) in `remotes.toml` in the config directory:
+its name and base URL, never its key. The key lives in the operating system's keyring (the
+`keyring` package: macOS Keychain, Windows Credential Locker, the Secret Service on Linux)
+under the service `launcher-remote` and the remote's name. A machine without a keyring (a
+headless server, CI) gives the key in the environment instead, as `LAUNCHER_REMOTE_KEY_<NAME>`;
+the key is never written to a file here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import re
+import tempfile
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import tomli_w
+
+from launcher.core import paths
+from launcher.core.errors import ConfigError
+
+KEYRING_SERVICE = "launcher-remote"
+KEY_ENV_PREFIX = "LAUNCHER_REMOTE_KEY_"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class NoKeyringError(ConfigError):
+    """The keyring cannot store or read keys on this machine."""
+
+
+@dataclass(frozen=True)
+class Remote:
+    """One registered endpoint."""
+
+    name: str
+    url: str  # the OpenAI base URL, ending in /v1 for servers that serve there
+    has_key: bool = False  # a key was given when it was added (kept in the keyring, not here)
+
+    @property
+    def key_env(self) -> str:
+        """The environment variable that gives this remote's key where no keyring is."""
+        return key_env_name(self.name)
+
+
+def remotes_file() -> Path:
+    """Where the registry lives."""
+    return paths.config_dir() / "remotes.toml"
+
+
+def check_name(name: str) -> str:
+    """A remote's name: it prefixes its models' names (`NAME/model`), so no `/` and no spaces."""
+    if not _NAME.match(name):
+        raise ConfigError(
+            f"Remote name {name!r} is not allowed: use letters, digits, '.', '_' and '-' (up to 64), "
+            "starting with a letter or digit."
+        )
+    return name
+
+
+def base_url(url: str) -> str:
+    """The OpenAI base URL for what a user typed: http(s) only; a bare host gets `/v1` (vLLM, SGLang and
+    the launcher serve there), a URL with a path keeps it (providers put `/v1` under their own path)."""
+    text = url.strip().rstrip("/")
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"Remote URL {url!r} must start with http:// or https:// and name a host.")
+    if parts.query or parts.fragment:
+        raise ConfigError(f"Remote URL {url!r} must not have a query or fragment.")
+    return text if parts.path else text + "/v1"
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for this machine's own addresses and names."""
+    if host in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def plain_http_warning(remote: Remote) -> str | None:
+    """A warning for a remote reached over plain HTTP on the network: its key and every prompt cross the
+    network unencrypted. None for HTTPS and for this machine."""
+    parts = urlsplit(remote.url)
+    if parts.scheme != "http" or is_loopback_host(parts.hostname or ""):
+        return None
+    return (
+        f"remote {remote.name} ({remote.url}) is plain HTTP to another machine: its key and every prompt and "
+        "reply cross the network unencrypted. Use https:// (a reverse proxy with TLS, or an SSH tunnel to "
+        "localhost) unless this network is trusted."
+    )
+
+
+def load_remotes(path: Path | None = None) -> dict[str, Remote]:
+    """The registered remotes by name (none when the file does not exist)."""
+    path = path or remotes_file()
+    if not path.exists():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise ConfigError(f"The remotes file {path} is invalid ({err}). Fix or delete it.") from err
+    remotes: dict[str, Remote] = {}
+    for name, table in (data.get("remotes") or {}).items():
+        if not isinstance(table, dict) or not isinstance(table.get("url"), str):
+            raise ConfigError(f'{path}: [remotes.{name}] needs url = "http(s)://...".')
+        remotes[name] = Remote(check_name(name), base_url(table["url"]), bool(table.get("has_key", False)))
+    return remotes
+
+
+def _save(remotes: dict[str, Remote], path: Path) -> None:
+    """Write the registry atomically (a crash never leaves half a file)."""
+    data = {
+        "remotes": {name: {"url": r.url, "has_key": r.has_key} for name, r in sorted(remotes.items())},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".remotes.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            tomli_w.dump(data, handle)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_remote(remote: Remote, path: Path | None = None) -> None:
+    """Add or replace one remote."""
+    path = path or remotes_file()
+    remotes = load_remotes(path)
+    remotes[remote.name] = remote
+    _save(remotes, path)
+
+
+def remove_remote(name: str, path: Path | None = None) -> bool:
+    """Forget one remote (its key too); False when there was none of that name."""
+    path = path or remotes_file()
+    remotes = load_remotes(path)
+    removed = remotes.pop(name, None)
+    if removed is None:
+        return False
+    _save(remotes, path)
+    if removed.has_key:
+        delete_key(name)
+    return True
+
+
+# -- keys ------------------------------------------------------------------------------------------
+
+
+def key_env_name(name: str) -> str:
+    """`LAUNCHER_REMOTE_KEY_<NAME>`, upper case, anything but letters and digits as `_`."""
+    return KEY_ENV_PREFIX + re.sub(r"[^A-Z0-9]", "_", name.upper())
+
+
+def _no_keyring(err: Exception) -> NoKeyringError:
+    return NoKeyringError(f"No keyring is available on this machine ({err}).")
+
+
+def store_key(name: str, key: str) -> None:
+    """Keep `key` in the OS keyring; NoKeyringError when there is none (nothing is written anywhere then)."""
+    import keyring
+    from keyring.errors import KeyringError
+
+    try:
+        keyring.set_password(KEYRING_SERVICE, name, key)
+    except KeyringError as err:
+        raise _no_keyring(err) from err
+
+
+def delete_key(name: str) -> None:
+    """Remove the remote's key from the keyring, if it is there and a keyring is."""
+    import keyring
+    from keyring.errors import KeyringError, PasswordDeleteError
+
+    with contextlib.suppress(PasswordDeleteError, KeyringError):  # no key stored, or no keyring to hold one
+        keyring.delete_password(KEYRING_SERVICE, name)
+
+
+@dataclass(frozen=True)
+class KeyLookup:
+    """A remote's key and, when it has none, why (what the user should do)."""
+
+    key: str | None
+    problem: str | None = None
+
+
+def find_key(remote: Remote) -> KeyLookup:
+    """The remote's key: `LAUNCHER_REMOTE_KEY_<NAME>` first (it overrides the keyring), then the keyring."""
+    from_env = os.environ.get(remote.key_env, "").strip()
+    if from_env:
+        return KeyLookup(from_env)
+    if not remote.has_key:  # not asked of the keyring at all: a locked one would ask the user to unlock it
+        return KeyLookup(None)
+    import keyring
+    from keyring.errors import KeyringError
+
+    try:
+        stored = keyring.get_password(KEYRING_SERVICE, remote.name)
+    except KeyringError as err:
+        return KeyLookup(
+            None, f"remote {remote.name} has a key, but no keyring is available here ({err}): set {remote.key_env}"
+        )
+    if stored is None:
+        return KeyLookup(
+            None,
+            f"remote {remote.name} was added with a key, but the keyring has none for it: add it again with "
+            f"--api-key, or set {remote.key_env}",
+        )
+    return KeyLookup(stored)

@@ -1,0 +1,488 @@
+"""Chat requests another server answers, as the same events a local model's `ChatRun` yields.
+
+A chat request of any API becomes `ChatOptions` in its route; for a remote model (`ModelEntry.remote`)
+those go upstream as one streamed OpenAI Chat Completions request, and the upstream's deltas come
+back as `TextDelta`, `ReasoningDelta`, `ToolCallDelta` and a `Finish`. The OpenAI, Anthropic and
+Responses routes write them out as they write a local model's, so a backend that speaks only Chat
+Completions (vLLM, SGLang, most providers) serves Claude Code's Messages and Codex's Responses too.
+
+- **Keys.** The request carries the upstream's own key (`Upstream.headers`), built from nothing the
+  client sent: the client's Authorization and x-api-key never leave this server.
+- **Errors before any output** keep the caller's error shape: the upstream's 4xx passes through
+  with its message; its 401/403 means this server's key for it is wrong (a 502: the client's own
+  key was fine); 429 and 503 keep their status and Retry-After; a 5xx or no answer at all is a 502.
+- **Mid-reply**, an upstream that drops the connection, or sends an error event, ends the reply
+  with an error `Finish`, which each route writes as its own error event.
+- **A client that goes away** closes the upstream request (`aclose`), so the upstream stops generating.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from launcher.engines.base import Constraint, SamplingParams, TokenLogprob
+from launcher.server.chat import ChatEvent, ChatOptions, ReasoningDelta, TextDelta, ToolCallDelta
+from launcher.server.errors import ApiError, bad_request
+from launcher.server.generation import Finish, FinishReason, Usage
+from launcher.server.metrics import ServerMetrics
+from launcher.server.request_log import current_request
+from launcher.server.toolcalls import ParsedToolCall
+from launcher.server.upstream import RemoteModel, Upstream, unreachable
+
+log = logging.getLogger(__name__)
+
+UPSTREAM_TIMEOUT = httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=30.0)
+"""`read` bounds the silence between two pieces of a reply: a remote reading a long prompt sends
+nothing until its first token (this server sends its client keep-alives meanwhile)."""
+
+CLOSE_TIMEOUT_S = 5.0
+"""How long closing waits for the upstream connection to close."""
+
+_FINISH_REASONS: dict[str, FinishReason] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "content_filter": "stop",
+    "abort": "cancelled",  # SGLang's, for a request it dropped
+    "error": "error",
+}
+
+
+# -- the request ------------------------------------------------------------------------------------
+
+
+def wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The normalized history (chat.normalize_history: tool-call arguments as objects, for templates) as
+    Chat Completions messages, whose tool-call arguments are JSON strings."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        item = {key: value for key, value in message.items() if key != "tool_calls"}
+        calls = message.get("tool_calls")
+        if calls:
+            item["tool_calls"] = [
+                {
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {
+                        "name": call["function"]["name"],
+                        "arguments": _arguments_text(call["function"].get("arguments")),
+                    },
+                }
+                for call in calls
+            ]
+        out.append(item)
+    return out
+
+
+def _arguments_text(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments or {}, ensure_ascii=False)
+
+
+def _response_format(constraint: Constraint | None) -> dict[str, Any] | None:
+    if constraint is None:
+        return None
+    if constraint.kind == "json_object":
+        return {"type": "json_object"}
+    if constraint.kind == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": "reply", "schema": constraint.schema or {}}}
+    raise bad_request(f"A {constraint.kind} constraint cannot be passed on to a remote model.")
+
+
+def _sampling(sampling: SamplingParams) -> dict[str, Any]:
+    """The sampler settings: temperature and top_p always (what a local engine would use), the others only
+    when the client set them, since a hosted API refuses parameters it does not know."""
+    defaults = SamplingParams()
+    body: dict[str, Any] = {"temperature": sampling.temperature, "top_p": sampling.top_p}
+    if sampling.top_k != defaults.top_k:
+        body["top_k"] = sampling.top_k
+    if sampling.min_p != defaults.min_p:
+        body["min_p"] = sampling.min_p
+    if sampling.seed is not None:
+        body["seed"] = sampling.seed
+    if sampling.presence_penalty != defaults.presence_penalty:
+        body["presence_penalty"] = sampling.presence_penalty
+    if sampling.frequency_penalty != defaults.frequency_penalty:
+        body["frequency_penalty"] = sampling.frequency_penalty
+    if sampling.repeat_penalty != defaults.repeat_penalty:
+        body["repetition_penalty"] = sampling.repeat_penalty  # vLLM's and SGLang's name
+        body["repeat_penalty"] = sampling.repeat_penalty  # llama.cpp's and the launcher's
+    if sampling.logit_bias:
+        body["logit_bias"] = {str(token): bias for token, bias in sampling.logit_bias.items()}
+    return body
+
+
+def request_body(model: str, options: ChatOptions, output_cap: int | None) -> tuple[dict[str, Any], bool]:
+    """The upstream request for `options`, and whether this server's --max-output-tokens lowered its limit."""
+    settings = options.settings
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": wire_messages(options.messages),
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        **_sampling(settings.sampling),
+    }
+    if options.tools and options.tool_choice != "none":
+        body["tools"] = options.tools
+        choice = options.tool_choice
+        named = {"type": "function", "function": {"name": choice}}
+        body["tool_choice"] = choice if choice in ("auto", "required") else named
+    limit, capped = settings.max_tokens, False
+    if output_cap is not None and (limit is None or limit > output_cap):
+        limit, capped = output_cap, True
+    if limit is not None:
+        body["max_tokens"] = limit
+    response_format = _response_format(settings.constraint)
+    if response_format is not None:
+        body["response_format"] = response_format
+    if settings.stops:
+        body["stop"] = settings.stops
+    if settings.logprobs is not None:
+        body["logprobs"] = True
+        body["top_logprobs"] = settings.logprobs
+    if settings.ignore_eos:
+        body["ignore_eos"] = True
+    return body, capped
+
+
+# -- errors -------------------------------------------------------------------------------------------
+
+
+def _error_fields(content: bytes) -> tuple[str | None, str | None, str | None]:
+    """(message, param, code) of an error body: OpenAI's {"error": {...}}, vLLM's and SGLang's older
+    {"object": "error", "message": ...}, FastAPI's {"detail": ...}."""
+    try:
+        data = json.loads(content)
+    except (ValueError, RecursionError):
+        text = content.decode("utf-8", "replace").strip()
+        return (text[:500] or None), None, None
+    if not isinstance(data, dict):
+        return None, None, None
+    error = data.get("error")
+    detail: dict[str, Any] = error if isinstance(error, dict) else data
+    message = detail.get("message") or data.get("detail")
+    param, code = detail.get("param"), detail.get("code")
+    return (
+        str(message) if message else None,
+        str(param) if isinstance(param, str) else None,
+        str(code) if isinstance(code, str) else None,
+    )
+
+
+def upstream_error(upstream: Upstream, status: int, content: bytes, headers: httpx.Headers) -> ApiError:
+    """The error this server answers for an upstream that refused a request before any output."""
+    message, param, code = _error_fields(content)
+    said = message or f"HTTP {status}"
+    if status in (401, 403):
+        return ApiError(
+            502,
+            f"The remote {upstream.name} refused this server's key for it ({status}: {said}). Register it again "
+            f"with its key: launcher remote add {upstream.name} URL --api-key-stdin.",
+            code="remote_key_refused",
+        )
+    if status in (429, 503):
+        return ApiError(
+            status,
+            f"The remote {upstream.name} is busy: {said}",
+            headers={"Retry-After": headers.get("retry-after", "5")},
+        )
+    if 400 <= status < 500:
+        return ApiError(status, said, param=param, code=code)  # the remote's own words about the request
+    return ApiError(502, f"The remote {upstream.name} failed (HTTP {status}): {said}", code="remote_error")
+
+
+# -- the reply ----------------------------------------------------------------------------------------
+
+
+async def _sse_payloads(response: httpx.Response) -> AsyncIterator[str]:
+    """The `data:` payloads of an SSE stream, one per event (comments and event names skipped)."""
+    data: list[str] = []
+    async for line in response.aiter_lines():
+        if not line:
+            if data:
+                yield "\n".join(data)
+                data = []
+        elif line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+    if data:
+        yield "\n".join(data)
+
+
+class _ToolCalls:
+    """Tool-call deltas gathered by index; a call is complete once a later one starts or the reply ends."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, dict[str, str]] = {}
+        self._next = 0  # the index a call without one gets when it starts
+        self.emitted = 0
+
+    def add(self, delta: dict[str, Any]) -> list[ToolCallDelta]:
+        """One delta; returns the calls it shows to be complete."""
+        index = delta.get("index")
+        if not isinstance(index, int):  # a server that leaves the index out: a new id starts a new call
+            current = max(self._open) if self._open else None
+            fresh = current is None or bool(delta.get("id") and delta.get("id") != self._open[current]["id"])
+            index = self._next if fresh or current is None else current
+        self._next = max(self._next, index + 1)
+        call = self._open.setdefault(index, {"id": "", "name": "", "arguments": ""})
+        function = delta.get("function") or {}
+        call["id"] = call["id"] or str(delta.get("id") or "")
+        call["name"] += str(function.get("name") or "")
+        call["arguments"] += str(function.get("arguments") or "")
+        return self._complete(before=index)
+
+    def _complete(self, before: int | None = None) -> list[ToolCallDelta]:
+        out = []
+        for index in sorted(i for i in self._open if before is None or i < before):
+            call = self._open.pop(index)
+            arguments = call["arguments"] or "{}"
+            parsed = (
+                ParsedToolCall(call["name"], arguments, call["id"])
+                if call["id"]
+                else ParsedToolCall(call["name"], arguments)
+            )
+            out.append(ToolCallDelta(self.emitted, parsed))
+            self.emitted += 1
+        return out
+
+    def finish(self) -> list[ToolCallDelta]:
+        return self._complete()
+
+
+def _logprobs(choice: dict[str, Any]) -> tuple[TokenLogprob, ...]:
+    content = (choice.get("logprobs") or {}).get("content") or []
+    out = []
+    for item in content:
+        if not isinstance(item, dict):
+            continue
+        top = tuple(
+            (str(alt.get("token", "")), float(alt.get("logprob", 0.0)))
+            for alt in item.get("top_logprobs") or []
+            if isinstance(alt, dict)
+        )
+        # -1: the upstream's token ids are not this server's to know; only text and numbers are passed on
+        out.append(TokenLogprob(-1, str(item.get("token", "")), float(item.get("logprob", 0.0)), top))
+    return tuple(out)
+
+
+def _usage(data: Any) -> Usage | None:
+    if not isinstance(data, dict):
+        return None
+    details = data.get("prompt_tokens_details") or {}
+    cached = details.get("cached_tokens") if isinstance(details, dict) else 0
+    return Usage(int(data.get("prompt_tokens") or 0), int(data.get("completion_tokens") or 0), int(cached or 0))
+
+
+class RemoteChat:
+    """A chat reply an upstream is writing (the `ChatStream` the routes write out).
+
+    The upstream is read by a task of its own, which hands the events over through a queue: the
+    route's task is cancelled when its client goes away, and a cancellation that lands inside the
+    HTTP client's read can leave the upstream connection open (the client's own cleanup is then
+    cancelled too), so the upstream would go on generating for nobody. The reader task is only
+    ever cancelled once, by `aclose`, and closes the connection on its way out.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        remote: RemoteModel,
+        response: httpx.Response,
+        metrics: ServerMetrics,
+        *,
+        started: float,
+        capped: bool,
+        stops: list[str],
+    ) -> None:
+        self.name = name  # this server's name for the model
+        self.remote = remote
+        self._response = response
+        self._metrics = metrics
+        self._started = started
+        self._capped = capped
+        self._stops = stops
+        self._prompt_tokens = 0
+        self._generated = 0
+        self._interrupted: str | None = None
+        self.finished = False
+        self._record = current_request()
+        # What the client has not read yet waits here: text, which a slow reader makes no bigger than the reply.
+        self._queue: asyncio.Queue[ChatEvent] = asyncio.Queue()
+        self._reader = asyncio.ensure_future(self._read())
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The prompt's size once the upstream has said it (0 before)."""
+        return self._prompt_tokens
+
+    async def events(self) -> AsyncIterator[ChatEvent]:
+        """The reply's events, then its `Finish` (an error one when the upstream failed mid-reply)."""
+        while True:
+            event = await self._queue.get()
+            yield event
+            if isinstance(event, Finish):
+                return
+
+    async def _read(self) -> None:
+        """Relay the upstream's reply into the queue, and close the connection when it ends or is cancelled."""
+        try:
+            async for event in self._relay():
+                self._queue.put_nowait(event)
+        except asyncio.CancelledError:
+            if self._interrupted is not None:  # the server is stopping: the client still gets a proper end
+                usage = Usage(self._prompt_tokens, self._generated)
+                self._queue.put_nowait(self._finish(None, usage, None, None, tool_calls=0))
+        finally:
+            await self._response.aclose()
+
+    async def _relay(self) -> AsyncIterator[ChatEvent]:
+        calls = _ToolCalls()
+        reason: str | None = None
+        usage: Usage | None = None
+        stop_sequence: str | None = None
+        error: str | None = None
+        ended = False  # [DONE] came
+        first_at: float | None = None
+        upstream = self.remote.upstream
+        try:
+            async for payload in _sse_payloads(self._response):
+                if payload.strip() == "[DONE]":
+                    ended = True
+                    break
+                try:
+                    chunk = json.loads(payload)
+                except (ValueError, RecursionError):
+                    log.debug("skipping a piece of the remote's stream that is not JSON: %.80s", payload)
+                    continue
+                if not isinstance(chunk, dict):
+                    continue
+                if "error" in chunk or chunk.get("object") == "error":
+                    error = _error_fields(payload.encode())[0] or "the remote reported an error"
+                    break
+                usage = _usage(chunk.get("usage")) or usage
+                for choice in chunk.get("choices") or []:
+                    if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                        continue  # one choice per request: n > 1 is not asked for
+                    pieces = self._pieces(choice, calls)
+                    if pieces and first_at is None:
+                        first_at = time.monotonic()
+                        self._first_token(first_at)
+                    self._generated += len(pieces)  # about one token per piece: the count when no usage comes
+                    for piece in pieces:
+                        yield piece
+                    if choice.get("finish_reason"):
+                        reason = str(choice["finish_reason"])
+                        matched = choice.get("stop_reason")  # vLLM: the stop string that ended it
+                        stop_sequence = matched if isinstance(matched, str) and matched in self._stops else None
+        except (httpx.HTTPError, httpx.StreamError) as err:
+            error = f"{unreachable(upstream, err)} (it stopped answering mid-reply)"
+        if error is None and reason is None and not ended:
+            error = f"the remote {upstream.name} closed the stream before the end of the reply"
+        if error is None:
+            for call in calls.finish():
+                yield call
+        final = usage or Usage(0, self._generated)
+        self._prompt_tokens = final.prompt_tokens
+        yield self._finish(reason, final, stop_sequence, error, tool_calls=calls.emitted)
+
+    def _pieces(self, choice: dict[str, Any], calls: _ToolCalls) -> list[ChatEvent]:
+        """The events in one choice delta: reasoning, text, and the tool calls it completes."""
+        delta = choice.get("delta") or {}
+        pieces: list[ChatEvent] = []
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            pieces.append(ReasoningDelta(reasoning))
+        content = delta.get("content")
+        logprobs = _logprobs(choice)
+        if (isinstance(content, str) and content) or logprobs:
+            text = content if isinstance(content, str) else ""
+            pieces.append(TextDelta(text, logprobs))
+            if self._record is not None:
+                self._record.add_reply_text(text)
+        for call in delta.get("tool_calls") or []:
+            if isinstance(call, dict):
+                pieces.extend(calls.add(call))
+        return pieces
+
+    def _first_token(self, now: float) -> None:
+        ttft = now - self._started
+        self._metrics.ttft.labels(self.name).observe(ttft)
+        if self._record is not None:
+            self._record.ttft_s = ttft
+
+    def _finish(
+        self, reason: str | None, usage: Usage, stop_sequence: str | None, error: str | None, *, tool_calls: int
+    ) -> Finish:
+        self._metrics.prompt_tokens.labels(self.name).inc(usage.prompt_tokens)
+        self._metrics.generation_tokens.labels(self.name).inc(usage.completion_tokens)
+        if self._record is not None:
+            self._record.prompt_tokens = usage.prompt_tokens
+            self._record.generated_tokens = usage.completion_tokens
+            self._record.cached_tokens = usage.cached_tokens
+        if self._interrupted is not None:
+            return Finish("cancelled", usage, error=self._interrupted)
+        if error is not None:
+            log.warning("%s: %s", self.name, error)
+            return Finish("error", usage, error=error)
+        finish: FinishReason = _FINISH_REASONS.get(reason or "stop", "stop")
+        if finish == "length" and self._capped:
+            finish = "stop"  # this server's --max-output-tokens ended it (see generation.start_generation)
+        if tool_calls and finish in ("stop", "length"):
+            finish = "tool_calls"
+        return Finish(finish, usage, stop_sequence=stop_sequence)
+
+    def interrupt(self, reason: str) -> None:
+        """End the reply now with a "cancelled" finish the route still writes (the server is stopping)."""
+        if self._reader.done():
+            return
+        self._interrupted = reason
+        self._reader.cancel()
+
+    async def aclose(self) -> None:
+        """Stop relaying (client gone, or done): the upstream sees its connection close and stops generating."""
+        if self.finished:
+            return
+        self.finished = True
+        if not self._reader.done():
+            self._reader.cancel()
+        await asyncio.wait({self._reader}, timeout=CLOSE_TIMEOUT_S)
+        self._metrics.duration.labels(self.name).observe(time.monotonic() - self._started)
+
+
+async def start_remote_chat(
+    client: httpx.AsyncClient,
+    name: str,
+    remote: RemoteModel,
+    options: ChatOptions,
+    metrics: ServerMetrics,
+    output_cap: int | None,
+) -> RemoteChat:
+    """Send the request upstream and wait for its answer to start; errors are raised before any output."""
+    upstream = remote.upstream
+    body, capped = request_body(remote.model, options, output_cap)
+    request = client.build_request(
+        "POST", upstream.base_url + "/chat/completions", json=body, headers=upstream.headers(), timeout=UPSTREAM_TIMEOUT
+    )
+    started = time.monotonic()
+    try:
+        response = await client.send(request, stream=True)
+    except httpx.HTTPError as err:
+        raise ApiError(
+            502, f"The {unreachable(upstream, err)}. `launcher remote list` checks it.", code="remote_unreachable"
+        ) from err
+    if response.status_code != 200:
+        try:
+            content = await response.aread()
+        except httpx.HTTPError:
+            content = b""
+        finally:
+            await response.aclose()
+        raise upstream_error(upstream, response.status_code, content, response.headers)
+    return RemoteChat(name, remote, response, metrics, started=started, capped=capped, stops=options.settings.stops)

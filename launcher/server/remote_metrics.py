@@ -1,0 +1,171 @@
+"""The live numbers of remote models, read from their servers' Prometheus /metrics.
+
+The app's gauges read this server's `launcher_*` series (server/metrics.py); for a remote model
+those come from the remote itself, scraped when this server's /metrics is scraped (a short
+timeout, and a few seconds' cache so the app's polling does not multiply into the remote's).
+Three kinds of servers are read, by their own metric names (vLLM's in
+vllm/v1/metrics/loggers.py, SGLang's in sglang/srt/metrics/collector.py):
+
+- requests running: `vllm:num_requests_running`, `sglang:num_running_reqs`, `launcher_requests_running`
+- requests waiting: `vllm:num_requests_waiting`, `sglang:num_queue_reqs`, `launcher_requests_waiting`
+- KV cache fill, 0..1: `vllm:kv_cache_usage_perc` (before 0.10 `vllm:gpu_cache_usage_perc`), `sglang:token_usage`,
+  `launcher_kv_cache_usage_ratio`; in tokens: `sglang:num_used_tokens` of `sglang:max_total_num_tokens`,
+  `launcher_kv_cache_used_tokens` of `launcher_kv_cache_total_tokens` (vLLM says only its fill)
+- decode tokens/s: `sglang:gen_throughput`, `launcher_decode_tokens_per_second`, else the rate of
+  `vllm:generation_tokens_total` / `sglang:generation_tokens_total` between two scrapes
+- prefill tokens/s: `launcher_prefill_tokens_per_second`, else the rate of `vllm:prompt_tokens_total` /
+  `sglang:prompt_tokens_total`
+
+Each sample's model is its `model_name` label (vLLM, SGLang) or `model` (the launcher); a series
+without one belongs to the remote's only model, when it has only one. SGLang exports its metrics
+only when started with `--enable-metrics`; a remote without /metrics simply has no gauges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from launcher.server.metrics import RemoteModelStats
+from launcher.server.upstream import Upstream
+
+log = logging.getLogger(__name__)
+
+SCRAPE_TIMEOUT_S = 1.0
+"""A remote that does not answer /metrics this fast has no gauges this time (the app polls every second)."""
+CACHE_S = 2.0
+"""A remote's /metrics is read at most this often, however often this server's is."""
+RETRY_AFTER_FAILURE_S = 30.0
+"""A remote whose /metrics did not answer is not asked again for this long (each try may cost the timeout)."""
+MAX_RATE_GAP_S = 30.0
+"""Counters further apart than this make no rate (a token count over minutes is not a speed now)."""
+
+_SUMMED = {
+    "vllm:num_requests_running": "running",
+    "sglang:num_running_reqs": "running",
+    "launcher_requests_running": "running",
+    "vllm:num_requests_waiting": "waiting",
+    "sglang:num_queue_reqs": "waiting",
+    "launcher_requests_waiting": "waiting",
+    "sglang:num_used_tokens": "kv_used",
+    "launcher_kv_cache_used_tokens": "kv_used",
+    "sglang:max_total_num_tokens": "kv_total",
+    "launcher_kv_cache_total_tokens": "kv_total",
+    "sglang:gen_throughput": "decode_tps",
+    "launcher_decode_tokens_per_second": "decode_tps",
+    "launcher_prefill_tokens_per_second": "prefill_tps",
+    "vllm:prompt_tokens_total": "prompt_total",
+    "sglang:prompt_tokens_total": "prompt_total",
+    "vllm:generation_tokens_total": "generation_total",
+    "sglang:generation_tokens_total": "generation_total",
+}
+_HIGHEST = {  # a fill: data-parallel engines' ratios do not add up
+    "vllm:kv_cache_usage_perc": "kv_ratio",
+    "vllm:gpu_cache_usage_perc": "kv_ratio",
+    "sglang:token_usage": "kv_ratio",
+    "launcher_kv_cache_usage_ratio": "kv_ratio",
+}
+_MODEL_LABELS = ("model_name", "model", "name")
+
+
+def read_samples(text: str, models: list[str]) -> dict[str, dict[str, float]]:
+    """The figures above for each model id (the remote's own ids) in one scrape of a remote's /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    only = models[0] if len(models) == 1 else None
+    figures: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            figure = _SUMMED.get(sample.name) or _HIGHEST.get(sample.name)
+            if figure is None:
+                continue
+            model = next((sample.labels[label] for label in _MODEL_LABELS if sample.labels.get(label)), only)
+            if model is None:
+                continue
+            values = figures.setdefault(model, {})
+            value = float(sample.value)
+            if sample.name in _HIGHEST:
+                values[figure] = max(values.get(figure, 0.0), value)
+            else:
+                values[figure] = values.get(figure, 0.0) + value
+    return figures
+
+
+@dataclass
+class _Scrape:
+    """One remote's last reading."""
+
+    at: float = 0.0
+    wait_s: float = CACHE_S  # until the next reading: longer after a failure
+    stats: list[RemoteModelStats] = field(default_factory=list)
+    counters: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # model -> (time, prompt, gen)
+
+
+def _rate(now: float, then: tuple[float, float, float] | None, current: float | None, index: int) -> float:
+    """Tokens per second from a counter's previous reading to this one (0 without one, or after a reset)."""
+    if then is None or current is None or not 0 < now - then[0] <= MAX_RATE_GAP_S:
+        return 0.0
+    return max(0.0, current - then[index]) / (now - then[0])
+
+
+class RemoteGauges:
+    """The remote models' live numbers, as of the last scrape of each remote (`RemoteModelStats`)."""
+
+    def __init__(self) -> None:
+        self._scrapes: dict[str, _Scrape] = {}
+
+    def latest(self) -> list[RemoteModelStats]:
+        """Every remote model's numbers from its server's last answer."""
+        return [stats for scrape in self._scrapes.values() for stats in scrape.stats]
+
+    async def refresh(self, client: httpx.AsyncClient, upstreams: dict[Upstream, list[str]]) -> None:
+        """Read the /metrics of every upstream not read in the last CACHE_S (`upstreams`: each with its
+        model ids), at once, each within SCRAPE_TIMEOUT_S."""
+        now = time.monotonic()
+        due = {u: models for u, models in upstreams.items() if now - self._scrape(u).at >= self._scrape(u).wait_s}
+        if due:
+            await asyncio.gather(*(self._read(client, u, models) for u, models in due.items()))
+
+    def _scrape(self, upstream: Upstream) -> _Scrape:
+        return self._scrapes.setdefault(upstream.name, _Scrape())
+
+    async def _read(self, client: httpx.AsyncClient, upstream: Upstream, models: list[str]) -> None:
+        scrape = self._scrape(upstream)
+        scrape.at = time.monotonic()
+        try:
+            reply = await client.get(
+                upstream.root_url + "/metrics", headers=upstream.headers(), timeout=SCRAPE_TIMEOUT_S
+            )
+            reply.raise_for_status()
+            figures = read_samples(reply.text, models)
+        except (httpx.HTTPError, ValueError) as err:
+            log.debug("no metrics from %s: %s", upstream.name, err)
+            scrape.stats, scrape.wait_s = [], RETRY_AFTER_FAILURE_S
+            return
+        scrape.wait_s = CACHE_S
+        now = time.monotonic()
+        stats = []
+        for model, values in figures.items():
+            then = scrape.counters.get(model)
+            prompt, generated = values.get("prompt_total"), values.get("generation_total")
+            if prompt is not None or generated is not None:
+                scrape.counters[model] = (now, prompt or 0.0, generated or 0.0)
+            decode = values.get("decode_tps")
+            prefill = values.get("prefill_tps")
+            stats.append(
+                RemoteModelStats(
+                    model=upstream.local_name(model),
+                    requests_running=values.get("running", 0.0),
+                    requests_waiting=values.get("waiting", 0.0),
+                    kv_cache_usage_ratio=values.get("kv_ratio"),
+                    kv_cache_used_tokens=values.get("kv_used"),
+                    kv_cache_total_tokens=values.get("kv_total"),
+                    decode_tokens_per_second=decode if decode is not None else _rate(now, then, generated, 2),
+                    prefill_tokens_per_second=prefill if prefill is not None else _rate(now, then, prompt, 1),
+                )
+            )
+        scrape.stats = stats
