@@ -53,9 +53,12 @@ def _table(listing: dict[str, Any]) -> str:
     budget = listing.get("memory_budget_bytes")
     used = format_bytes(listing.get("memory_used_bytes") or 0)
     lines.append(f"Memory: {used} of {format_bytes(budget)} budget" if budget else f"Memory: {used} estimated")
-    others = sorted(set(listing.get("available", [])) - {m["id"] for m in listing["models"]})
+    remote = listing.get("remote_models", {})
+    others = sorted(set(listing.get("available", [])) - {m["id"] for m in listing["models"]} - set(remote))
     if others:
         lines.append(f"Loads on request: {', '.join(others)}")
+    for name, where in remote.items():  # served by another server: nothing of theirs is loaded here
+        lines.append(f"Remote: {name} -> {where['model']} at {where['url']}")
     return "\n".join(lines)
 
 

@@ -181,6 +181,11 @@ def test_the_remotes_models_are_listed_by_their_remote_names(remotes: Remotes) -
     listing = _get(remotes, "/launcher/models").json()
     assert listing["models"] == []  # nothing is loaded here
     assert listing["remote_models"]["lab/tiny"] == {"remote": "lab", "url": remotes.lab.base_url, "model": "tiny"}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    ps = [sys.executable, "-m", "launcher", "ps", "--url", remotes.local.url, "--api-key", LOCAL_KEY]
+    shown = subprocess.run(ps, capture_output=True, text=True, env=env, timeout=60, check=True).stdout
+    assert f"Remote: lab/tiny -> tiny at {remotes.lab.base_url}" in shown
+    assert "lab/tiny" not in shown.split("Remote:")[0]  # not among the models that load here
 
 
 def test_openai_sdk_streams_and_not_through_a_remote_launcher(remotes: Remotes) -> None:
