@@ -72,6 +72,8 @@ def _source(model: CatalogModel, fmt: str, quant: str) -> str:
     if fmt in ("exl3", "exl2"):
         variant = (model.exl3 if fmt == "exl3" else model.exl2)[quant]
         return f"{variant.repo}@{variant.revision}"
+    if fmt in model.safetensors:  # the hand-off's pre-quantized repo (FP8, AWQ), as `launcher handoff` picks
+        return model.safetensors[fmt].repo  # type: ignore[index]
     return model.upstream_repo
 
 

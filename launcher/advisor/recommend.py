@@ -138,7 +138,9 @@ def _lever_reason(chosen: Option, f16_pick: Option | None, gguf: list[Option]) -
     return f"{chosen.quant} {where} with {cost}. With an f16 KV cache {without}."
 
 
-def _pick(machine: Machine, options: list[Option], team: bool, lever: list[Option]) -> tuple[Option | None, list[str]]:
+def _pick(
+    machine: Machine, options: list[Option], team: bool, lever: list[Option], model_id: str
+) -> tuple[Option | None, list[str]]:
     by_engine: dict[str, list[Option]] = defaultdict(list)
     for option in options:
         by_engine[option.engine].append(option)
@@ -149,8 +151,9 @@ def _pick(machine: Machine, options: list[Option], team: bool, lever: list[Optio
             why = "many users share it" if team else "this is a datacenter GPU node"
             reasons.append(
                 f"vLLM or SGLang, because {why}: continuous batching, paged KV and tensor parallelism serve a team "
-                "better than a desktop engine. The launcher hands off here: run `vllm serve "
-                f"{pick.source} --tensor-parallel-size {max(1, len(machine.nvidia_gpus))}`."
+                f"better than a desktop engine. `launcher handoff vllm {model_id}` writes the deployment for this "
+                f"machine (weights, tensor parallel, context, tool parsers), and with vLLM installed "
+                f"`launcher serve {model_id} --engine vllm` runs it behind the launcher's endpoint."
             )
             return pick, reasons
     if machine.apple is not None:
@@ -240,7 +243,7 @@ def recommend(
             for o in options
             if kv_lever_applies(o.engine)
         ]
-        chosen, reasons = _pick(machine, options, team, lever)
+        chosen, reasons = _pick(machine, options, team, lever, model.id)
         used_context = ctx
         if chosen is not None:
             break
