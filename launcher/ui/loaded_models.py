@@ -83,13 +83,14 @@ class LoadedModels:
     memory_used_bytes: int = 0
     max_models: int | None = None
     loads: dict[str, int] = field(default_factory=dict)
+    remote: dict[str, str] = field(default_factory=dict)  # NAME/model -> the remote server's URL
     fetched_at: float = 0.0  # monotonic time the request was sent (an answer older than an unload is stale)
 
     @property
     def on_request(self) -> tuple[str, ...]:
         """The models not loaded now that a request would load."""
-        loaded = {model.id for model in self.models}
-        return tuple(name for name in self.available if name not in loaded)
+        here = {model.id for model in self.models} | set(self.remote)
+        return tuple(name for name in self.available if name not in here)
 
     @property
     def summary_text(self) -> str:
@@ -106,6 +107,9 @@ class LoadedModels:
         others = len(self.on_request)
         if others:
             head += f" · {others} more load on request"
+        if self.remote:  # answered by other servers through this one: nothing of theirs is loaded here
+            hosts = sorted(set(self.remote.values()))
+            head += f" · {len(self.remote)} remote ({', '.join(hosts)})"
         return head + "."
 
 
@@ -125,6 +129,7 @@ def parse_loaded_models(data: Any, *, fetched_at: float | None = None) -> Loaded
             memory_used_bytes=int(data.get("memory_used_bytes") or 0),
             max_models=int(max_models) if max_models is not None else None,
             loads={str(name): int(count) for name, count in (data.get("loads") or {}).items()},
+            remote={str(name): str(where["url"]) for name, where in (data.get("remote_models") or {}).items()},
             fetched_at=time.monotonic() if fetched_at is None else fetched_at,
         )
     except (KeyError, TypeError, AttributeError) as err:

@@ -86,6 +86,13 @@ def test_idle_without_a_ttl_and_an_empty_server() -> None:
     assert empty.summary_text == "No model is loaded · 2 more load on request."
 
 
+def test_remote_models_are_named_apart_from_those_that_load_here() -> None:
+    remote = {"team/llama": {"remote": "team", "url": "https://vllm.example/v1", "model": "llama"}}
+    listing = parse_loaded_models({"models": [], "available": ["a", "team/llama"], "remote_models": remote})
+    assert listing.on_request == ("a",)
+    assert listing.summary_text == "No model is loaded · 1 more load on request · 1 remote (https://vllm.example/v1)."
+
+
 @pytest.mark.parametrize(
     ("seconds", "text"),
     [(0, "0 s"), (59.9, "59 s"), (60, "1 min"), (3599, "59 min"), (3600, "1 h"), (4000, "1 h 6 min")],
