@@ -15,16 +15,14 @@ import contextlib
 import ipaddress
 import os
 import re
-import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import tomli_w
-
 from launcher.core import paths
 from launcher.core.errors import ConfigError
+from launcher.core.settings import write_toml
 
 KEYRING_SERVICE = "launcher-remote"
 KEY_ENV_PREFIX = "LAUNCHER_REMOTE_KEY_"
@@ -121,15 +119,7 @@ def _save(remotes: dict[str, Remote], path: Path) -> None:
     data = {
         "remotes": {name: {"url": r.url, "has_key": r.has_key} for name, r in sorted(remotes.items())},
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".remotes.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            tomli_w.dump(data, handle)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_toml(path, data)
 
 
 def save_remote(remote: Remote, path: Path | None = None) -> None:

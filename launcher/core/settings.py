@@ -9,6 +9,7 @@ import os
 import tempfile
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -56,9 +57,14 @@ def load(path: Path | None = None) -> Settings:
 def save(settings: Settings, path: Path | None = None) -> Path:
     """Write settings atomically and return the path."""
     path = path or paths.settings_file()
+    write_toml(path, settings.model_dump(mode="json", exclude_none=True))
+    return path
+
+
+def write_toml(path: Path, data: dict[str, Any]) -> None:
+    """Write a TOML file atomically: a crash or a full disk never leaves half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = settings.model_dump(mode="json", exclude_none=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".settings.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             tomli_w.dump(data, handle)
@@ -66,4 +72,3 @@ def save(settings: Settings, path: Path | None = None) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
