@@ -206,6 +206,21 @@ def _plain_words(spec: HandoffEngine, model: str, served_name: str, port: int, a
     return [*words, "--api-key", api_key]
 
 
+def _cpu_kv_cache(machine: Machine | None) -> dict[str, str]:
+    """vLLM's CPU build sizes its KV cache as --gpu-memory-utilization of all RAM (0.9) unless
+    VLLM_CPU_KVCACHE_SPACE (GiB) says otherwise, which starves the machine and the launcher with it:
+    on a machine without a GPU, give it a quarter of the free RAM (at least 1 GiB) unless it is set."""
+    if os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        return {}
+    if machine is None:
+        from launcher.hardware.probe import probe_machine
+
+        machine = probe_machine()
+    if machine.gpus or machine.apple is not None:
+        return {}
+    return {"VLLM_CPU_KVCACHE_SPACE": str(max(1, machine.memory.available // 4 // 2**30))}
+
+
 def child_command(
     engine: str,
     model: str,
@@ -253,6 +268,7 @@ def child_command(
     if engine == "vllm":
         words = _flag_removed(words, "--api-key")
         env["VLLM_API_KEY"] = api_key
+        env |= _cpu_kv_cache(machine)
     else:
         words.append("--enable-metrics")  # SGLang exports /metrics (the app's gauges) only when asked
     return ChildCommand([*words_of, *words], env, name)

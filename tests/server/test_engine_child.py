@@ -24,6 +24,7 @@ import openai
 import pytest
 
 from launcher.engines.child_server import child_command
+from launcher.hardware.recorded import load_recorded
 from tests.conformance.servers import launch_serve
 from tests.fixtures.models import write_tiny_gguf
 
@@ -102,7 +103,10 @@ def test_the_command_line_for_a_model_folder(tmp_path: Path) -> None:
     folder = tmp_path / "Qwen3-0.6B"
     folder.mkdir()
     (folder / "config.json").write_text('{"model_type": "qwen3"}')
-    vllm = child_command("vllm", str(folder), port=9100, api_key="k", context=4096, program=["vllm", "serve"])
+    gpu = load_recorded("rtx4090-desktop")
+    vllm = child_command(
+        "vllm", str(folder), port=9100, api_key="k", context=4096, program=["vllm", "serve"], machine=gpu
+    )
     assert vllm.argv == [
         "vllm",
         "serve",
@@ -120,6 +124,10 @@ def test_the_command_line_for_a_model_folder(tmp_path: Path) -> None:
         "4096",
     ]
     assert vllm.env == {"VLLM_API_KEY": "k"} and vllm.served_name == "Qwen3-0.6B"
+    on_cpu = child_command(
+        "vllm", str(folder), port=9100, api_key="k", program=["vllm"], machine=load_recorded("this-linux-vm")
+    )
+    assert on_cpu.env["VLLM_CPU_KVCACHE_SPACE"] == "5"  # a quarter of the VM's 22 GiB free, not vLLM's 90% of RAM
     sglang = child_command("sglang", "org/some-model", port=9100, api_key="k", served_name="m", program=["sglang"])
     assert sglang.argv[:3] == ["sglang", "--model-path", "org/some-model"]
     assert sglang.argv[sglang.argv.index("--api-key") + 1] == "k" and "--enable-metrics" in sglang.argv
