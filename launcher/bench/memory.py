@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import psutil
+
+from launcher.core.net import is_loopback_host
 
 _PSUTIL_INTERVAL_S = 0.05
 _METRICS_INTERVAL_S = 0.5
@@ -31,13 +32,8 @@ class PeakMemory:
 def discover_listening_pid(base_url: str) -> int | None:
     """The pid listening on a loopback base URL's port, if this user can see it."""
     parts = urlsplit(base_url)
-    host = parts.hostname or ""
-    if host != "localhost":
-        try:
-            if not ipaddress.ip_address(host).is_loopback:
-                return None
-        except ValueError:
-            return None
+    if not is_loopback_host(parts.hostname or ""):
+        return None
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
         connections = psutil.net_connections(kind="tcp")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import threading
 import time
@@ -37,14 +36,6 @@ class ServerProcess:
     pid: int
     ready: dict[str, Any] = field(default_factory=dict)  # the LAUNCHER_READY payload, if any
     log_path: Path | None = None
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago on 127.0.0.1."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def parse_ready_line(line: str) -> dict[str, Any] | None:

@@ -58,6 +58,15 @@ def parent_environment(pid: int | None = None) -> dict[str, str]:
     return {PARENT_PID_ENV: str(os.getpid() if pid is None else pid)}
 
 
+def arm_parent_death_signal() -> bool:
+    """Ask Linux to send this process SIGTERM when its parent dies, even by SIGKILL; True when armed.
+    (Also run in a non-launcher child, between fork and exec, as its `preexec_fn`.)"""
+    try:
+        return bool(ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
 def follow_parent(environ: MutableMapping[str, str] | None = None) -> bool:
     """If a parent named itself in PARENT_PID_ENV, end this process when that parent dies (Linux).
 
@@ -74,12 +83,7 @@ def follow_parent(environ: MutableMapping[str, str] | None = None) -> bool:
         parent = int(value)
     except ValueError:
         return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        armed = libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        armed = False
-    if not armed:
+    if not arm_parent_death_signal():
         return False  # the app still stops us when it quits normally
     if os.getppid() != parent:
         raise SystemExit(0)

@@ -7,11 +7,11 @@ The CLI builds its `serve` flags from these fields, the settings file stores def
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from launcher.core.net import is_loopback_host
 from launcher.core.units import parse_bytes
 
 DEFAULT_PORT = 8420
@@ -194,12 +194,7 @@ class ServeConfig(BaseModel):
     @property
     def is_loopback(self) -> bool:
         """True when only this machine can reach the server."""
-        if self.host in ("localhost", "localhost.localdomain"):
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False
+        return is_loopback_host(self.host)
 
     def to_argv(self) -> list[str]:
         """The `launcher serve` argument list equivalent to this config (used by the app)."""

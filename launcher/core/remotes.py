@@ -12,7 +12,6 @@ the key is never written to a file here.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
 import re
 import tomllib
@@ -22,6 +21,7 @@ from urllib.parse import urlsplit
 
 from launcher.core import paths
 from launcher.core.errors import ConfigError
+from launcher.core.net import is_loopback_host
 from launcher.core.settings import write_toml
 
 KEYRING_SERVICE = "launcher-remote"
@@ -72,16 +72,6 @@ def base_url(url: str) -> str:
     if parts.query or parts.fragment:
         raise ConfigError(f"Remote URL {url!r} must not have a query or fragment.")
     return text if parts.path else text + "/v1"
-
-
-def is_loopback_host(host: str) -> bool:
-    """True for this machine's own addresses and names."""
-    if host in ("localhost", "localhost.localdomain"):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def plain_http_warning(remote: Remote) -> str | None:

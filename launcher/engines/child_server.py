@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
 import importlib.util
 import json
 import logging
@@ -25,7 +24,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -37,8 +35,10 @@ from typing import IO, TYPE_CHECKING
 
 import httpx
 
+from launcher.core.child_process import arm_parent_death_signal
 from launcher.core.config import CHILD_ENGINES
 from launcher.core.errors import CatalogError, ConfigError, EngineError, EngineUnavailableError
+from launcher.core.net import free_port
 
 if TYPE_CHECKING:
     from launcher.advisor.handoff_engines import HandoffEngine
@@ -274,19 +274,6 @@ def child_command(
     return ChildCommand([*words_of, *words], env, name)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now (the child binds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    """In the child, before the engine starts: end when the server dies, even by SIGKILL (Linux)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
-
-
 class ChildServer:
     """A running engine server: started in its own process group, its output passed to our stderr
     (and its last lines kept for errors), stopped with its whole group."""
@@ -323,7 +310,7 @@ class ChildServer:
             errors="replace",
             env={**os.environ, **self.command.env},
             start_new_session=sys.platform != "win32",  # its own group: its workers stop with it
-            preexec_fn=_die_with_parent if linux else None,  # only prctl runs in it, before exec
+            preexec_fn=arm_parent_death_signal if linux else None,  # only prctl runs in it, before exec
         )
         threading.Thread(target=self._pump, args=(echo or sys.stderr,), daemon=True).start()
 

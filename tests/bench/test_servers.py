@@ -8,8 +8,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from launcher.bench.servers import command_server, free_port, parse_ready_line
+from launcher.bench.servers import command_server, parse_ready_line
 from launcher.core.errors import ServerError
+from launcher.core.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,12 +9,12 @@ vLLM starting. How the hand-off's command is pointed at the tiny model is tested
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from launcher.core.net import free_port
 from tests.engines.exllama.tiny_hf import write_tiny_hf_model
 from tests.engines.real_vllm import (
     PLAN_GPU,
@@ -67,7 +67,7 @@ def test_vllm_serves_the_tiny_model_and_the_sdk_sees_what_clients_rely_on(tmp_pa
     assert VLLM_PYTHON is not None
     model = write_tiny_hf_model(tmp_path / "tiny")
     cpu = not _nvidia_gpu()  # vLLM's CPU build: the CPU settings of handoff_command and server_env
-    port = _free_port()
+    port = free_port()
     key = "test-real-vllm"
     serve = handoff_command(handoff_plan(), VLLM_PYTHON, model, port=port, api_key=key, cpu=cpu)
     log = tmp_path / "vllm.log"
@@ -90,7 +90,7 @@ def test_launcher_serve_runs_the_tiny_model_on_vllm_and_serves_it_as_its_own(tmp
     assert VLLM_PYTHON is not None
     model = write_tiny_hf_model(tmp_path / "tiny")
     cpu = not _nvidia_gpu()
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "launcher.log"
 
     with launcher_serving(
@@ -105,12 +105,6 @@ def test_launcher_serve_runs_the_tiny_model_on_vllm_and_serves_it_as_its_own(tmp
     for group in server.groups:  # the launcher, and the vLLM child it started
         with pytest.raises(ProcessLookupError):
             os.killpg(group, 0)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _nvidia_gpu() -> bool:

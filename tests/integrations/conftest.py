@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import selectors
-import socket
 import subprocess
 import sys
 import time
@@ -38,14 +37,6 @@ class LiveServer:
     @property
     def model(self) -> str:
         return str(self.info["model"])
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _wait_for_ready(proc: subprocess.Popen[str], stderr_path: Path) -> dict[str, Any]:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import main
-from tests.integrations.conftest import SERVER_CONTEXT, LiveServer, free_port
+from launcher.core.net import free_port
+from tests.integrations.conftest import SERVER_CONTEXT, LiveServer
 
 
 @pytest.fixture

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from launcher.core.net import free_port
 from launcher.integrations import AGENTS, CHECK_NAMES, Endpoint, get_agent, run_live_test
-from tests.integrations.conftest import SERVER_CONTEXT, LiveServer, free_port
+from tests.integrations.conftest import SERVER_CONTEXT, LiveServer
 
 
 @pytest.mark.parametrize("agent_id", list(AGENTS))
