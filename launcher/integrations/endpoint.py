@@ -17,14 +17,12 @@ from typing import Any
 
 from launcher.core.config import DEFAULT_PORT
 from launcher.core.errors import ConfigError, ServerError
+from launcher.core.model_cards import context_length_of_card
 
 DEFAULT_BASE_URL = f"http://127.0.0.1:{DEFAULT_PORT}/v1"
 
 # A placeholder token for agents that refuse to start without one, when the server needs no key.
 NO_KEY_PLACEHOLDER = "launcher-local"
-
-# Keys under which OpenAI-compatible servers report a model's context length in /v1/models.
-_CONTEXT_KEYS = ("context_length", "context_window", "max_model_len", "n_ctx", "max_context_length")
 
 
 @dataclass(frozen=True)
@@ -75,18 +73,6 @@ def normalize_base_url(url: str) -> str:
     return text
 
 
-def context_length_from_model_entry(entry: dict[str, Any]) -> int | None:
-    """The context length an OpenAI-style `/v1/models` entry reports, if any (also under `meta`)."""
-    for source in (entry, entry.get("meta") or {}, entry.get("metadata") or {}):
-        if not isinstance(source, dict):
-            continue
-        for key in _CONTEXT_KEYS:
-            value = source.get(key)
-            if isinstance(value, int) and value > 0:
-                return value
-    return None
-
-
 def discover_endpoint(
     base_url: str | None = None,
     api_key: str | None = None,
@@ -130,7 +116,7 @@ def discover_endpoint(
     small = small_model_in(entries)
     endpoint = Endpoint(url, api_key, str(chosen["id"]), context_length, small if small != chosen["id"] else None)
     if context_length is None:
-        endpoint = replace(endpoint, context_length=context_length_from_model_entry(chosen))
+        endpoint = replace(endpoint, context_length=context_length_of_card(chosen))
     return endpoint
 
 

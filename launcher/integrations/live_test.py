@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from launcher.core.model_cards import context_length_of_card
 from launcher.integrations.agents.base import Agent
-from launcher.integrations.endpoint import Endpoint, context_length_from_model_entry
+from launcher.integrations.endpoint import Endpoint
 from launcher.integrations.live_report import Check, LiveTestReport, describe_error
 
 __all__ = ["Check", "LiveTestReport", "run_live_test"]
@@ -87,7 +88,7 @@ def _check_connection(endpoint: Endpoint, report: LiveTestReport, *, timeout: fl
 
 
 def _check_context(endpoint: Endpoint, agent: Agent, entry: dict[str, Any], report: LiveTestReport) -> Check:
-    served = context_length_from_model_entry(entry) or endpoint.context_length
+    served = context_length_of_card(entry) or endpoint.context_length
     if served is None:
         return report.add(
             "context",

@@ -8,11 +8,11 @@ local key guards this machine, and a remote that logs or leaks what it receives 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
 
 from launcher.core.errors import ServerError
+from launcher.core.model_cards import context_length_of_card
 
 LIST_TIMEOUT_S = 5.0
 """How long listing a remote's models may take at the server's start (a remote that is down must not hold it)."""
@@ -51,15 +51,6 @@ class RemoteModel:
     context_length: int | None = None  # when its /v1/models says
 
 
-def _context_of(card: dict[str, Any]) -> int | None:
-    """The context length a /v1/models card gives: vLLM says max_model_len, the launcher both."""
-    for key in ("max_model_len", "context_length", "context_window"):
-        value = card.get(key)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
-
-
 def unreachable(upstream: Upstream, err: Exception) -> str:
     """One line saying that `upstream` did not answer, and why."""
     detail = str(err) or type(err).__name__
@@ -88,5 +79,5 @@ def list_models(upstream: Upstream, timeout_s: float = LIST_TIMEOUT_S) -> list[R
     models = []
     for card in cards:
         if isinstance(card, dict) and isinstance(card.get("id"), str) and not card.get("alias_for"):
-            models.append(RemoteModel(upstream, card["id"], _context_of(card)))
+            models.append(RemoteModel(upstream, card["id"], context_length_of_card(card)))
     return models
