@@ -91,7 +91,7 @@ def offline_error(reason: str) -> OfflineError:
     from launcher.catalog.library import scan_library
 
     try:
-        names = [entry.name for entry in scan_library() if entry.usable or entry.source == "starter"]
+        names = [entry.name for entry in scan_library() if entry.servable]
     except LauncherError:
         names = []
     available = "\n".join(f"  {name}" for name in names) or "  (none; the starter model works offline)"

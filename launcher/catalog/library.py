@@ -58,6 +58,11 @@ class LibraryEntry:
         """False when files are missing or unreadable."""
         return self.problem is None
 
+    @property
+    def servable(self) -> bool:
+        """True when `launcher serve NAME` can run it: usable, or the starter, which serving assembles."""
+        return self.usable or self.source == "starter"
+
 
 def imported_index_file() -> Path:
     """The JSON index of imported models (absolute paths, linked in place)."""

@@ -119,9 +119,7 @@ def _pool_for(
     from launcher.hardware.probe import probe_machine
 
     def library() -> list[ModelEntry]:
-        # The starter counts before its first assembly: loading it assembles it.
-        usable = (entry for entry in scan_library() if entry.usable or entry.source == "starter")
-        return [library_entry(config, entry.name) for entry in usable]
+        return [library_entry(config, entry.name) for entry in scan_library() if entry.servable]
 
     for name, preset in config.presets.items():  # a typo in a preset stops the start, not its first request
         if remotes.named(preset.model) is not None:

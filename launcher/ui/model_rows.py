@@ -85,7 +85,7 @@ def _catalog_row(machine: Machine, model: CatalogModel, local: list[LibraryEntry
     else:
         note = None
     choice = rec.choice if rec else None
-    usable = [e for e in local if e.usable or e.source == "starter"]
+    usable = [e for e in local if e.servable]
     # The file the advisor picked is the one served, when it is on disk.
     usable.sort(key=lambda e: choice is None or (e.model.format, e.model.quant) != (choice.format, choice.quant))
     return ModelRow(
