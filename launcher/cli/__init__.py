@@ -7,12 +7,14 @@ Each subcommand is a module of this package exposing `add_arguments(parser)` and
 for the server's imports), and modules keep heavy imports inside `run` so `launcher --help`
 stays fast. The CLI is the top layer: it may import every other package, and none imports it.
 Errors from `core.errors` become one clear line on stderr and a non-zero exit code, never a
-traceback.
+traceback; so does a reader that stops reading early (`launcher models | head -1`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from collections.abc import Sequence
 from importlib import import_module
@@ -85,8 +87,36 @@ def _command_in(argv: Sequence[str]) -> str | None:
     return next((word for word in argv if word in COMMANDS), None)
 
 
+# 128 + SIGPIPE: what a shell reports for a writer whose reader left (`yes | head`), so scripts
+# can tell "the reader stopped early" from our errors (1, 2).
+READER_LEFT_EXIT_CODE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
+    try:
+        code = _dispatch(argv)
+        if sys.stdout is not None:  # None in a windowed app
+            sys.stdout.flush()  # here, where a closed pipe can still be caught, not at the interpreter's exit
+        return code
+    except BrokenPipeError:
+        return _reader_left()
+
+
+def _reader_left() -> int:
+    """Our stdout's reader closed it early, as `head` does. Python ignores SIGPIPE (so that the
+    server's sockets get an error, not a kill), which turns every later write into BrokenPipeError;
+    that is the reader's choice, not our error. Pointing stdout at devnull keeps the interpreter's
+    final flush of what is still buffered from raising it once more, as the note on SIGPIPE in
+    Python's `signal` docs does. Only a BrokenPipeError that leaves the command lands here: the
+    server handles its own clients' closed sockets and never gets this far."""
+    with contextlib.suppress(OSError, ValueError):  # stdout has no descriptor (a test's capture)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return READER_LEFT_EXIT_CODE
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
+    """Run the command line's command; returns its exit code."""
     from launcher.core import logging as launcher_logging
 
     words = list(sys.argv[1:] if argv is None else argv)
