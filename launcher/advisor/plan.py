@@ -18,7 +18,7 @@ from launcher.advisor.options import (
     sliding_cache,
 )
 from launcher.core.config import AUTO_ENGINE, ServeConfig
-from launcher.core.errors import ModelFormatError
+from launcher.core.errors import ModelFormatError, in_context
 from launcher.core.model_types import Architecture
 from launcher.engine_specs import EngineStatus, engines_for_format
 from launcher.hardware.machine import Machine
@@ -89,7 +89,7 @@ def plan_local(
         engines = engines_for_format(fmt, status=status)
         candidates = engines.usable or engines.all
         if not candidates:
-            raise ModelFormatError(f"No engine runs {fmt} models: {engines.why_none()}.")
+            raise ModelFormatError(in_context(f"No engine runs {fmt} models", engines.why_none()))
         engine = candidates[0].name
         why = f"{engine_label(engine)} runs {fmt.upper()} files"
         if machine.apple is not None and fmt == "gguf":

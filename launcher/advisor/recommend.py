@@ -33,7 +33,7 @@ from launcher.advisor.options import (
 )
 from launcher.advisor.plan import SERVE_CONTEXTS, context_ladder
 from launcher.catalog.schema import CatalogModel
-from launcher.core.errors import CatalogError
+from launcher.core.errors import CatalogError, in_context
 from launcher.core.units import format_bytes
 from launcher.engine_specs import EngineStatus
 from launcher.hardware.machine import Machine
@@ -273,7 +273,9 @@ def recommend(
         if chosen.fit.verdict == "partial":
             reasons.extend(full_gpu_hint(machine, model, chosen, used_context, users, status, runs))
         if chosen.unavailable_reason:
-            reasons.append(f"{engine_label(chosen.engine)} is not usable here yet: {chosen.unavailable_reason}.")
+            reasons.append(
+                in_context(f"{engine_label(chosen.engine)} is not usable here yet", chosen.unavailable_reason)
+            )
     others = sorted(
         (o for o in options if o is not chosen),
         key=lambda o: (

@@ -28,7 +28,7 @@ from launcher.catalog.gguf_meta import GgufMetadata, read_gguf_metadata
 from launcher.catalog.local_formats import detect_directory, gguf_quant_from_name, group_gguf_files
 from launcher.catalog.schema import Catalog
 from launcher.core import paths
-from launcher.core.errors import CatalogError, ModelError, ModelFormatError, ModelNotFoundError
+from launcher.core.errors import CatalogError, ModelError, ModelFormatError, ModelNotFoundError, in_context
 from launcher.core.model_types import Architecture, LocalModel
 
 Source = Literal["hf-cache", "imported", "starter"]
@@ -284,7 +284,7 @@ def add_imported(path: str | Path, name: str | None = None) -> LibraryEntry:
         raise ModelFormatError(f"{resolved} is not a .gguf file; add a GGUF file or a model folder.")
     entry = _imported_entry(resolved, name or _default_import_name(resolved))
     if entry.problem and not (entry.gguf and "shards" in entry.problem):
-        raise ModelFormatError(f"Cannot add {resolved}: {entry.problem}.")
+        raise ModelFormatError(in_context(f"Cannot add {resolved}", entry.problem, subject=resolved))
     items = _read_index()
     taken = {str(item.get("name")) for item in items if item["path"] != str(resolved)}
     if entry.name in taken:

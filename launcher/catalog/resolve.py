@@ -14,7 +14,7 @@ from pathlib import Path
 
 from launcher.catalog import library, starter
 from launcher.catalog.local_formats import detect_directory, group_gguf_files
-from launcher.core.errors import CatalogError, ModelFormatError, ModelNotFoundError
+from launcher.core.errors import CatalogError, ModelFormatError, ModelNotFoundError, in_context
 from launcher.core.model_types import LocalModel
 
 
@@ -32,7 +32,7 @@ def resolve_model(spec: str) -> LocalModel:
         if entry.source == "starter":
             return starter.starter_model()
         if entry.problem:
-            raise ModelNotFoundError(f"{entry.name} is in the library but cannot be used: {entry.problem}.")
+            raise ModelNotFoundError(in_context(f"{entry.name} is in the library but cannot be used", entry.problem))
         return entry.model
     raise ModelNotFoundError(_not_found_message(spec, entries))
 
@@ -51,7 +51,7 @@ def resolve_path(path: Path) -> LocalModel:
             raise ModelFormatError(f"{path} is not a .gguf file. Give a GGUF file or a model folder.")
         entry = library.gguf_entry(path, source="imported")
         if entry.problem:
-            raise ModelFormatError(f"{path}: {entry.problem}.")
+            raise ModelFormatError(in_context(str(path), entry.problem, subject=path))
         return entry.model
     ggufs = group_gguf_files(p.name for p in path.glob("*.gguf"))
     detected = detect_directory(path, 0)

@@ -21,9 +21,28 @@
 
 Conversion to user-facing shapes happens at the edges only: the CLI prints `str(err)`
 and exits non-zero, the server maps to OpenAI/Anthropic JSON bodies, the UI shows a dialog.
+A message that wraps another one (an error's text, a library entry's problem) is joined by
+`in_context`, so the wrapped text's path and final period are not said twice.
 """
 
 from __future__ import annotations
+
+from os import PathLike
+
+
+def in_context(context: str, detail: str, *, subject: str | PathLike[str] | None = None) -> str:
+    """`context: detail.` as one sentence, for a message that wraps another (often an error's text).
+
+    Our errors name their path and end with a period ("/m.gguf is not a GGUF file."), so a plain
+    f"{path}: {err}." says both twice. Here `subject`, the word of `context` that is its first or last
+    (a path, usually), is left out of the context when the detail already names it, and a period is
+    added only to a detail that does not end a sentence already.
+    """
+    detail = detail.strip()
+    if subject is not None and (named := str(subject)) in detail:
+        context = context.strip().removeprefix(named).removesuffix(named).strip()
+    sentence = f"{context}: {detail}" if context else detail
+    return sentence if sentence.endswith((".", "!", "?")) else f"{sentence}."
 
 
 class LauncherError(Exception):

@@ -23,6 +23,7 @@ from typing import Literal
 
 import anyio
 
+from launcher.core.errors import in_context
 from launcher.engines.base import (
     Constraint,
     GenerationEvent,
@@ -96,7 +97,7 @@ class Finish:
 def failure(error: str | None, *, request_error: bool) -> ApiError:
     """The HTTP error for a generation that failed before any output."""
     if request_error:
-        return bad_request(f"The request cannot run: {error or 'refused by the engine'}.")
+        return bad_request(in_context("The request cannot run", error or "refused by the engine"))
     return ApiError(500, f"Generation failed: {error or 'engine error'}")
 
 

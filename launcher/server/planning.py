@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher.core.config import AUTO_ENGINE, ServeConfig
-from launcher.core.errors import ModelDoesNotFitError, ModelFormatError
+from launcher.core.errors import ModelDoesNotFitError, ModelFormatError, in_context
 from launcher.core.model_types import LocalModel
 from launcher.core.units import GIB
 
@@ -103,7 +103,7 @@ def plan(config: ServeConfig, machine: Machine | None = None) -> ServeSetup:
         engines = engines_for_format(model.format, machine)
         chosen = engines.first or (engines.all[0] if engines.all else None)
         if config.engine == AUTO_ENGINE and chosen is None:
-            raise ModelFormatError(f"No engine runs {model.name} ({model.format}): {engines.why_none()}.")
+            raise ModelFormatError(in_context(f"No engine runs {model.name} ({model.format})", engines.why_none()))
         engine = chosen.name if config.engine == AUTO_ENGINE and chosen else config.engine
         kv_type = "f16" if config.kv_cache_type == "auto" else config.kv_cache_type
         filled = config.model_copy(update={"engine": engine, "kv_cache_type": kv_type})

@@ -68,6 +68,15 @@ def test_models_add_and_rm_never_touch_the_users_file(tiny_gguf: Path, capsys: p
     assert tiny_gguf.exists()
 
 
+def test_models_add_of_a_non_gguf_names_the_file_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fake = tmp_path / "fake.gguf"
+    fake.write_bytes(b"PK\x03\x04 this is a zip file, not a model" * 10)
+    assert main(["models", "add", str(fake)]) == 1
+    message = capsys.readouterr().err.strip()
+    assert message.startswith("error: ") and "not a GGUF file" in message
+    assert message.count(str(fake.resolve())) == 1 and not message.endswith("..")
+
+
 def test_pull_dry_run_lists_the_files(fake_hub: FakeHub, capsys: pytest.CaptureFixture[str]) -> None:
     fake_hub.add_repo("org/Split", {f"m-Q4_K_M-0000{i}-of-00002.gguf": b"s" * 10 for i in (1, 2)})
     assert main(["pull", "org/Split", "--dry-run"]) == 0

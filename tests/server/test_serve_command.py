@@ -133,6 +133,9 @@ def test_not_a_gguf_is_a_clear_error(tmp_path: Path) -> None:
     assert result.returncode != 0
     error = error_line(result)
     assert error["kind"] == "ModelFormatError" and "Traceback" not in result.stderr
+    message = error["message"]
+    assert message.count(str(fake.resolve())) == 1 and message.endswith(".") and not message.endswith("..")
+    assert f"error: {message}" in result.stderr.splitlines()
 
 
 def test_port_in_use_names_the_port_and_the_way_out(tiny_gguf: Path, tmp_path: Path) -> None:

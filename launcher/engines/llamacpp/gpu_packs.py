@@ -31,6 +31,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from launcher.core.errors import in_context
 from launcher.core.paths import data_dir
 from launcher.engines.llamacpp.spec import SPEC
 from launcher.hardware.machine import Machine
@@ -313,7 +314,7 @@ def pack_offer(machine: Machine) -> PackOffer:
     try:
         index = fetch_index(source)
     except ValueError as err:
-        return PackOffer(installed, (), f"The list of GPU packs could not be read: {err}.")
+        return PackOffer(installed, (), in_context("The list of GPU packs could not be read", str(err)))
     suitable = tuple(suitable_packs(machine, index, SPEC.installed_version()))
     note = "" if suitable else "No GPU pack in this release fits this machine; llama.cpp runs on the CPU."
     return PackOffer(installed, suitable, note)
