@@ -5,14 +5,16 @@ launcher remote add desk http://192.168.1.20:8420                     # another 
 launcher remote list                                                  # reachable? which models?
 launcher remote remove gpu
 
-The key goes into the OS keyring, never into a file; where no keyring is (a headless machine), give
-it to `launcher serve` as LAUNCHER_REMOTE_KEY_<NAME> instead. A server reads the list when it
-starts: restart it after a change.
+The key goes into the OS keyring; where there is no usable one (a headless machine) it goes into a
+file in the config folder that only this user can read, and `add` says so. LAUNCHER_REMOTE_KEY_<NAME>
+in `launcher serve`'s environment overrides either. A server reads the list when it starts: restart
+it after a change.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from typing import TYPE_CHECKING, Any
@@ -50,8 +52,8 @@ def _key_from(args: argparse.Namespace) -> str | None:
 
 
 def _add(args: argparse.Namespace) -> int:
+    from launcher.core.errors import ConfigError
     from launcher.core.remotes import (
-        NoKeyringError,
         Remote,
         base_url,
         check_name,
@@ -59,7 +61,6 @@ def _add(args: argparse.Namespace) -> int:
         load_remotes,
         plain_http_warning,
         save_remote,
-        store_key,
     )
 
     name = check_name(args.name)
@@ -68,27 +69,38 @@ def _add(args: argparse.Namespace) -> int:
     warning = plain_http_warning(remote)
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
-    stored = True
     previous = load_remotes().get(name)
-    if key is None:
-        if previous is not None and previous.has_key:
+    where = "no key"
+    try:
+        if key is not None:
+            where = _store(name, key)  # before the registry: a remote is never listed without its key
+        elif previous is not None and previous.has_key:
             delete_key(name)  # a remote added again without a key has none
-    else:
-        try:
-            store_key(name, key)
-        except NoKeyringError as err:
-            stored = False
-            print(
-                f"warning: {err} The key was not saved anywhere: give it to `launcher serve` in the environment "
-                f"as {remote.key_env}.",
-                file=sys.stderr,
-            )
-    save_remote(remote)
-    where = "key in the keyring" if key and stored else ("key from $" + remote.key_env if key else "no key")
+        save_remote(remote)
+    except BaseException:
+        if key is not None and previous is None:
+            with contextlib.suppress(ConfigError):  # the error that stopped the add is the one to show
+                delete_key(name)  # the key of a remote that was not added must not stay behind
+        raise
     print(f"Added {name}: {remote.url} ({where}). Its models are served as {name}/MODEL after a server (re)start.")
     if not args.no_check:
         _check(remote, key)
     return 0
+
+
+def _store(name: str, key: str) -> str:
+    """Keep the key and say where: the keyring, or (said on stderr, once) the file only this user reads."""
+    from launcher.core.remotes import store_key
+
+    kept = store_key(name, key)
+    if kept.file is None:
+        return "key in the keyring"
+    print(
+        f"note: {kept.why_not_keyring}: the key of {name} is kept in {kept.file}, readable by this user only "
+        "(mode 0600).",
+        file=sys.stderr,
+    )
+    return f"key in {kept.file}"
 
 
 def _check(remote: Remote, key: str | None) -> str | None:
@@ -115,7 +127,12 @@ def _list(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     for remote in remotes.values():
         lookup = find_key(remote)
-        row: dict[str, Any] = {"name": remote.name, "url": remote.url, "key": bool(lookup.key)}
+        row: dict[str, Any] = {
+            "name": remote.name,
+            "url": remote.url,
+            "key": bool(lookup.key),
+            "key_from": lookup.source,
+        }
         try:
             listed = list_models(Upstream(remote.name, remote.url, lookup.key, prefix=remote.name + "/"))
             row |= {"reachable": True, "models": [f"{remote.name}/{model.model}" for model in listed]}
@@ -130,7 +147,7 @@ def _list(args: argparse.Namespace) -> int:
         print("No remotes. Add one: launcher remote add NAME URL [--api-key-stdin]")
         return 0
     for row in rows:
-        key = "key" if row["key"] else "no key"
+        key = f"key from {row['key_from']}" if row["key"] else "no key"
         state = "reachable" if row["reachable"] else f"NOT reachable: {row['error']}"
         print(f"{row['name']}  {row['url']}  ({key}; {state})")
         for model in row["models"]:

@@ -4,9 +4,13 @@ A vLLM or SGLang cluster, another machine running the launcher, or a hosted prov
 registered once (`launcher remote add NAME URL`) in `remotes.toml` in the config directory:
 its name and base URL, never its key. The key lives in the operating system's keyring (the
 `keyring` package: macOS Keychain, Windows Credential Locker, the Secret Service on Linux)
-under the service `launcher-remote` and the remote's name. A machine without a keyring (a
-headless server, CI) gives the key in the environment instead, as `LAUNCHER_REMOTE_KEY_<NAME>`;
-the key is never written to a file here.
+under the service `launcher-remote` and the remote's name. A machine without a usable keyring
+(a headless server, CI) keeps it instead in `remote-keys.toml` next to the registry, readable by
+this user only (`core/remote_key_file.py`), as `gh` and `docker login` do.
+
+A server looks a key up in this order: `LAUNCHER_REMOTE_KEY_<NAME>` in its environment (to
+override a stored key, or to give one that is stored nowhere), then the key file, then the keyring
+(`find_key` says why the file comes first).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from launcher.core import paths
+from launcher.core import paths, remote_key_file
 from launcher.core.errors import ConfigError
 from launcher.core.net import is_loopback_host
 from launcher.core.settings import write_toml
@@ -29,21 +33,17 @@ KEY_ENV_PREFIX = "LAUNCHER_REMOTE_KEY_"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
-class NoKeyringError(ConfigError):
-    """The keyring cannot store or read keys on this machine."""
-
-
 @dataclass(frozen=True)
 class Remote:
     """One registered endpoint."""
 
     name: str
     url: str  # the OpenAI base URL, ending in /v1 for servers that serve there
-    has_key: bool = False  # a key was given when it was added (kept in the keyring, not here)
+    has_key: bool = False  # a key was given when it was added (kept in the keyring or the key file, not here)
 
     @property
     def key_env(self) -> str:
-        """The environment variable that gives this remote's key where no keyring is."""
+        """The environment variable that gives this remote's key, over any stored one."""
         return key_env_name(self.name)
 
 
@@ -109,7 +109,10 @@ def _save(remotes: dict[str, Remote], path: Path) -> None:
     data = {
         "remotes": {name: {"url": r.url, "has_key": r.has_key} for name, r in sorted(remotes.items())},
     }
-    write_toml(path, data)
+    try:
+        write_toml(path, data)
+    except OSError as err:
+        raise ConfigError(f"Could not write the remotes file {path} ({err}).") from err
 
 
 def save_remote(remote: Remote, path: Path | None = None) -> None:
@@ -127,9 +130,9 @@ def remove_remote(name: str, path: Path | None = None) -> bool:
     removed = remotes.pop(name, None)
     if removed is None:
         return False
-    _save(remotes, path)
-    if removed.has_key:
+    if removed.has_key:  # the key first: a failure then leaves the remote listed, not a key nothing names
         delete_key(name)
+    _save(remotes, path)
     return True
 
 
@@ -141,58 +144,107 @@ def key_env_name(name: str) -> str:
     return KEY_ENV_PREFIX + re.sub(r"[^A-Z0-9]", "_", name.upper())
 
 
-def _no_keyring(err: Exception) -> NoKeyringError:
-    return NoKeyringError(f"No keyring is available on this machine ({err}).")
+def unusable_keyring() -> str | None:
+    """Why the keyring cannot hold keys here, or None when it can. keyring falls back to its `fail`
+    backend, or to a chainer or null backend with priority 0 or less, when no real one is viable (a
+    headless Linux machine): those take no key, or throw it away."""
+    import keyring
+    from keyring.backends import fail
+
+    backend = keyring.get_keyring()
+    if isinstance(backend, fail.Keyring) or backend.priority <= 0:
+        kind = type(backend)
+        return f"no usable keyring on this machine (keyring's backend is {kind.__module__}.{kind.__qualname__})"
+    return None
 
 
-def store_key(name: str, key: str) -> None:
-    """Keep `key` in the OS keyring; NoKeyringError when there is none (nothing is written anywhere then)."""
+@dataclass(frozen=True)
+class KeptKey:
+    """Where store_key put a key: the keyring (`file` None), or the key file and why not the keyring."""
+
+    file: Path | None = None
+    why_not_keyring: str | None = None
+
+
+def store_key(name: str, key: str) -> KeptKey:
+    """Keep `key` in the OS keyring, or where there is none in the 0600 key file; a ConfigError
+    (nothing stored) when neither can take it."""
     import keyring
     from keyring.errors import KeyringError
 
-    try:
-        keyring.set_password(KEYRING_SERVICE, name, key)
-    except KeyringError as err:
-        raise _no_keyring(err) from err
+    why_not = unusable_keyring()
+    if why_not is None:
+        try:
+            keyring.set_password(KEYRING_SERVICE, name, key)
+        except KeyringError as err:  # viable on paper, but locked or without its service (no D-Bus session)
+            why_not = f"the keyring cannot store keys here ({err})"
+        else:
+            remote_key_file.forget_key(name)  # a key kept there before must not outlive its replacement
+            return KeptKey()
+    return KeptKey(remote_key_file.write_key(name, key), why_not)
 
 
 def delete_key(name: str) -> None:
-    """Remove the remote's key from the keyring, if it is there and a keyring is."""
+    """Remove the remote's key from the keyring and from the key file, wherever it is."""
     import keyring
     from keyring.errors import KeyringError, PasswordDeleteError
 
-    with contextlib.suppress(PasswordDeleteError, KeyringError):  # no key stored, or no keyring to hold one
-        keyring.delete_password(KEYRING_SERVICE, name)
+    if unusable_keyring() is None:
+        with contextlib.suppress(PasswordDeleteError, KeyringError):  # no key stored, or a locked keyring
+            keyring.delete_password(KEYRING_SERVICE, name)
+    remote_key_file.forget_key(name)
 
 
 @dataclass(frozen=True)
 class KeyLookup:
-    """A remote's key and, when it has none, why (what the user should do)."""
+    """A remote's key, where it was found (`$VAR`, "the keyring" or the key file's path) and, when it
+    has none, why (what the user should do)."""
 
     key: str | None
     problem: str | None = None
+    source: str | None = None
 
 
 def find_key(remote: Remote) -> KeyLookup:
-    """The remote's key: `LAUNCHER_REMOTE_KEY_<NAME>` first (it overrides the keyring), then the keyring."""
+    """The remote's key: `LAUNCHER_REMOTE_KEY_<NAME>` first (it overrides a stored one), then the key
+    file, then the keyring.
+
+    The file before the keyring because a file entry is always the newest key: storing in the
+    keyring removes the file's copy, while a key that went to the file because the keyring refused
+    it (locked, say) could not replace an older key in that keyring, which would otherwise win.
+    The keyring is not asked when the file answers: a locked one would ask the user to unlock it.
+    """
     from_env = os.environ.get(remote.key_env, "").strip()
     if from_env:
-        return KeyLookup(from_env)
-    if not remote.has_key:  # not asked of the keyring at all: a locked one would ask the user to unlock it
+        return KeyLookup(from_env, source="$" + remote.key_env)
+    if not remote.has_key:  # not asked of the keyring at all, for the same reason
         return KeyLookup(None)
+    file = remote_key_file.key_file()
+    try:
+        from_file = remote_key_file.read_key(remote.name)
+    except ConfigError as err:
+        return KeyLookup(None, f"remote {remote.name}: {err} Or set {remote.key_env}.")
+    if from_file is not None:
+        return KeyLookup(from_file, source=str(file))
     import keyring
     from keyring.errors import KeyringError
 
-    try:
-        stored = keyring.get_password(KEYRING_SERVICE, remote.name)
-    except KeyringError as err:
-        return KeyLookup(
-            None, f"remote {remote.name} has a key, but no keyring is available here ({err}): set {remote.key_env}"
-        )
-    if stored is None:
-        return KeyLookup(
-            None,
-            f"remote {remote.name} was added with a key, but the keyring has none for it: add it again with "
-            f"--api-key, or set {remote.key_env}",
-        )
-    return KeyLookup(stored)
+    keyring_trouble = unusable_keyring()
+    if keyring_trouble is None:
+        try:
+            stored = keyring.get_password(KEYRING_SERVICE, remote.name)
+        except KeyringError as err:
+            keyring_trouble = f"the keyring cannot be read here ({err})"
+        else:
+            if stored is not None:
+                return KeyLookup(stored, source="the keyring")
+    missing = (
+        f"{file} does not have it and {keyring_trouble}"
+        if keyring_trouble
+        else f"neither {file} nor the keyring has it"
+    )
+    return KeyLookup(
+        None,
+        f"remote {remote.name} was added with a key, but {missing}: add it again with --api-key-stdin, or set "
+        f"{remote.key_env}",
+    )

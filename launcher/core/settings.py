@@ -61,11 +61,19 @@ def save(settings: Settings, path: Path | None = None) -> Path:
     return path
 
 
-def write_toml(path: Path, data: dict[str, Any]) -> None:
-    """Write a TOML file atomically: a crash or a full disk never leaves half a file."""
+def write_toml(path: Path, data: dict[str, Any], *, private: bool = False) -> None:
+    """Write a TOML file atomically: a crash or a full disk never leaves half a file.
+
+    `private`: the file holds secrets and must be readable by this user only (mode 0600) from the
+    first byte. mkstemp already creates the temp file 0600 whatever the umask; the explicit fchmod
+    keeps that a promise of this function rather than a detail of mkstemp. The temp file is then
+    renamed over `path`, so there is no instant at which the secret sits in a wider-open file.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
     try:
+        if private and os.name != "nt":  # Windows keeps the per-user profile private by its ACLs instead
+            os.fchmod(fd, 0o600)
         with os.fdopen(fd, "wb") as handle:
             tomli_w.dump(data, handle)
         os.replace(tmp, path)
