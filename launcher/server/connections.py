@@ -11,6 +11,13 @@ process runs out and even /health stops answering. Here:
   cannot lock out a real one; only when every connection is being served does a newcomer get a 503.
 Request bodies have their own deadline where they are read (`body.py`).
 
+A connection closed while the client is still sending (a refused upload: 413, 408, 415, or the 503
+above) is closed the way HTTP/1.1 asks (RFC 9112 9.6, "lingering close"): the answer is sent, then our side
+is shut for writing (a FIN after the answer), and what the client still sends is read and dropped
+until it stops or `LINGER_S` pass. Closing at once with unread data would make the kernel reset the
+connection, and a reset can reach the client before the answer does, which then sees a dropped
+connection instead of its 413.
+
 This subclasses uvicorn's h11 protocol (always installed with uvicorn) and uses its `cycle`,
 `transport` and `on_response_complete`; tests/server/test_connections.py pins that behaviour.
 """
@@ -22,7 +29,7 @@ import json
 import logging
 import sys
 import time
-from typing import Any
+from typing import Any, cast
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -30,6 +37,9 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 log = logging.getLogger(__name__)
 
 HEADER_TIMEOUT_S = 10.0
+LINGER_S = 5.0
+"""How long a refused upload's connection keeps reading (and dropping) what the client sends after our
+answer: enough for a client on loopback or a LAN to finish a 32 MiB write and read the answer."""
 KEEPALIVE_S = 30
 """How long an idle kept-alive connection stays open: longer than any Retry-After the server sends
 (generation.MAX_RETRY_AFTER_S), so a client that waits as told retries on its kept connection."""
@@ -50,6 +60,44 @@ _BUSY_RESPONSE = (
 )
 
 
+class _LingeringTransport:
+    """The connection's transport as uvicorn sees it: `close()` lingers while the client is mid-upload.
+
+    uvicorn closes the transport itself once a `Connection: close` answer is written; this is the
+    one place every such close passes through. Everything else goes to the real transport.
+    """
+
+    def __init__(self, transport: asyncio.Transport, protocol: GuardedH11Protocol) -> None:
+        self._transport = transport
+        self._protocol = protocol
+        self.lingering = False
+
+    def close(self) -> None:
+        if self.lingering or self._transport.is_closing():
+            return
+        if self._protocol.conn.their_state is h11.SEND_BODY and self._transport.can_write_eof():
+            self.linger()
+        else:
+            self._transport.close()
+
+    def linger(self) -> None:
+        """Shut our side after what is written, drop what still arrives, close when the client stops."""
+        self.lingering = True
+        self._transport.write_eof()
+        self._transport.resume_reading()
+        self._protocol.loop.call_later(LINGER_S, self._transport.close)
+
+    def close_now(self) -> None:
+        """Close without lingering (an evicted connection must free its place at once)."""
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self.lingering or self._transport.is_closing()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class GuardedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with a header deadline and the connection cap (set by `guarded_protocol`)."""
 
@@ -66,21 +114,20 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Register, make room under the cap (or refuse), and start the header deadline."""
-        super().connection_made(transport)
+        self._linger = _LingeringTransport(transport, self)
+        super().connection_made(cast(asyncio.Transport, self._linger))
         self._idle(self.header_timeout_s)
         if len(self.connections) > self.max_connections and not self._evict_idle():
             log.warning("refused a connection: %d open, all serving requests", len(self.connections) - 1)
             self._refused = True
             self._busy()
             transport.write(_BUSY_RESPONSE)
-            transport.write_eof()
-            # Read (and drop) what the client sends meanwhile: closing with unread data would reset
-            # the connection, and the client would see a reset instead of the 503.
-            self.loop.call_later(1.0, transport.close)
+            self._linger.linger()  # the client's request is read and dropped, then the answer is seen
 
     def data_received(self, data: bytes) -> None:
-        """Read as uvicorn does; a request whose headers are complete stops the deadline."""
-        if self._refused:
+        """Read as uvicorn does; a request whose headers are complete stops the deadline. Once the
+        connection lingers, what arrives is dropped."""
+        if self._refused or self._linger.lingering:
             return
         super().data_received(data)
         if self.cycle is not None and self.cycle is not self._seen_cycle:
@@ -119,16 +166,17 @@ class GuardedH11Protocol(H11Protocol):
         """Make room: close the longest-idle other connection, else the oldest one whose request body
         is still arriving (no work has started for it); False if every other one is being served."""
         others = [c for c in self.connections if c is not self and isinstance(c, GuardedH11Protocol)]
-        idle = [c for c in others if c._idle_since is not None and not c._refused]
+        open_ = [c for c in others if not c._refused and not c._linger.lingering]
+        idle = [c for c in open_ if c._idle_since is not None]
         if idle:
             victim = min(idle, key=lambda c: c._idle_since or 0.0)
         else:
-            uploading = [c for c in others if c.conn.their_state is h11.SEND_BODY and not c._refused]
+            uploading = [c for c in open_ if c.conn.their_state is h11.SEND_BODY]
             if not uploading:
                 return False
             victim = min(uploading, key=lambda c: c._request_since)
         victim._busy()
-        victim.transport.close()
+        victim._linger.close_now()
         return True
 
 

@@ -70,6 +70,13 @@ def read_until_closed(sock: socket.socket) -> str:
     return data.decode()
 
 
+def complete_response(data: bytes) -> bool:
+    """True once `data` holds a response's headers and all the body its Content-Length announces."""
+    head, found, body = data.partition(b"\r\n\r\n")
+    length = re.search(rb"(?i)content-length: *(\d+)", head)
+    return bool(found and length and len(body) >= int(length.group(1)))
+
+
 def log_of(server: RunningServer) -> str:
     return server.stderr_path.read_text(errors="replace")
 
@@ -159,6 +166,27 @@ def test_an_oversize_body_without_a_length_is_cut_off_while_read(server: Running
         server.url + "/v1/chat/completions", content=chunks(), headers={"content-type": "application/json"}, timeout=60
     )
     assert_client_error(response, "/v1/chat/completions", 413)
+
+
+def test_a_client_still_sending_after_its_413_is_not_reset(server: RunningServer) -> None:
+    """HTTP clients write the whole body before they read the answer: the server reads (and drops)
+    the rest instead of resetting the connection, which could destroy its 413 on the way."""
+    with socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+            b"content-length: 41943040\r\n\r\n{"
+        )
+        reply = b""
+        while not complete_response(reply):
+            chunk = sock.recv(65536)
+            assert chunk, f"the connection ended before the answer was whole: {reply!r}"
+            reply += chunk
+        assert reply.startswith(b"HTTP/1.1 413")
+        time.sleep(0.3)  # the server has answered and would have closed by now
+        for _ in range(64):  # 4 MiB more of the body: a reset would fail these writes
+            sock.sendall(b"a" * 65536)
+        sock.shutdown(socket.SHUT_WR)
+        assert sock.recv(65536) == b"", "a clean end (FIN) after the answer, not more bytes or a reset"
 
 
 def test_a_client_leaving_mid_upload_is_logged_as_499_not_a_server_error(server: RunningServer) -> None:
