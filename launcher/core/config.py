@@ -123,9 +123,13 @@ class ServeConfig(BaseModel):
     )
 
     # Serving several models (see launcher/server/model_pool.py): the library, presets, limits.
+    # On by default, as LM Studio and Ollama load by name: a request naming a library model loads it
+    # beside MODEL (or the starter) instead of being answered by it. Beside a vLLM/SGLang child it is
+    # off (`serves_library`): those engines run their one model, and the library's would need another.
     library: bool = Field(
-        False,
-        description="also serve every model in the local library, each loaded on its first request by name",
+        True,
+        description="serve every model of the local library by its name too, each loaded on its first request "
+        "(--no-library: only MODEL, or the presets, answer)",
     )
     max_models: int | None = Field(None, ge=1, description="models loaded at once at most (default: as many as fit)")
     ttl: int | None = Field(
@@ -155,9 +159,15 @@ class ServeConfig(BaseModel):
         return parse_bytes(self.memory_budget) if self.memory_budget else None
 
     @property
+    def serves_library(self) -> bool:
+        """True when the local library's models load by name on request (`library`, with an engine that
+        runs in this process: a vLLM or SGLang child serves its one model)."""
+        return self.library and self.engine not in CHILD_ENGINES
+
+    @property
     def serves_many(self) -> bool:
-        """True when models load by name on request (the library or presets), not one model alone."""
-        return self.library or bool(self.presets)
+        """True when models may load by name on request (the library or presets), not one model alone."""
+        return self.serves_library or bool(self.presets)
 
     @field_validator("alias", mode="before")
     @classmethod

@@ -50,6 +50,12 @@ class ModelNames:
         """The aliases that lead to `name`."""
         return [alias for alias, target in self.aliases.items() if target == name]
 
+    @property
+    def serves_one_model(self) -> bool:
+        """True when one model answers every name and nothing else is served (no library, presets or
+        remotes beside it): `launcher serve MODEL --no-library`, or an app built around one model."""
+        return self.default is not None and set(self.entries) == {self.default}
+
     def add(self, entry: ModelEntry) -> None:
         """Make one more model loadable (a library model pulled after the server started)."""
         self.entries.setdefault(entry.name, entry)
@@ -67,15 +73,19 @@ def server_names(
     library: list[str],
     served_as: tuple[str, ...] = (),
     remotes: Remotes | None = None,
+    same_files: dict[str, str] | None = None,
 ) -> ModelNames:
     """The names of a server started with `config`.
 
     `served` is the MODEL argument's name (None when the server only loads by name), `served_as`
     its other names (the model's own id under `--alias NAME`, the path it was given as); `library`
-    the local library's model names when `--library` is on; `remotes` the upstreams' models
-    (`NAME/model`; `served` may be one of them). Presets (`[models.NAME]` tables) come with their
-    aliases, and may name a remote model; `--alias NAME=MODEL` adds more. An alias to a model the
-    server cannot load stops the start, instead of failing every request that uses it.
+    the local library's model names (unless `--no-library`); `same_files` the library names of files
+    the server already serves under another name (library name -> that name: the MODEL given by
+    path or under `--alias NAME`, a preset), which become aliases so one file never loads twice;
+    `remotes` the upstreams' models (`NAME/model`; `served` may be one of them). Presets
+    (`[models.NAME]` tables) come with their aliases, and may name a remote model; `--alias
+    NAME=MODEL` adds more. An alias to a model the server cannot load stops the start, instead of
+    failing every request that uses it.
     """
     ttl = float(config.ttl) if config.ttl else None
     remotes = remotes or Remotes()
@@ -107,10 +117,12 @@ def server_names(
         remote = remotes.named(target) if target not in entries else None
         if remote is not None:  # an alias to a remote model its remote did not list (yet)
             entries[target] = remote_entry(config, remote)
+    for name, target in (same_files or {}).items():
+        aliases.setdefault(name, target)  # an alias the user gave wins
     names = ModelNames(entries, aliases, default)
     for alias, target in names.aliases.items():
         if target not in entries:
             known = ", ".join(sorted(entries)) or "none"
-            what = f"this server serves one model, {served!r}" if not config.serves_many else f"it loads {known}"
+            what = f"this server serves one model, {default!r}" if names.serves_one_model else f"it loads {known}"
             raise ConfigError(f"The alias {alias} points at {target!r}, which this server does not serve: {what}.")
     return names

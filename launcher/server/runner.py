@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.core.config import CHILD_ENGINES, ServeConfig
 from launcher.core.errors import ConfigError, LauncherError, ServerError
+from launcher.server.library_models import LibraryModels, file_key, library_models
 from launcher.server.metrics import ServerMetrics
 from launcher.server.model_names import library_entry, server_names
 from launcher.server.model_pool import ModelPool, PreparedLoad
@@ -114,23 +115,25 @@ def _pool_for(
     """The pool of a real server: loads planned by the advisor on the machine as it is at each load,
     the MODEL argument's (already planned by `serve`) first; `served_remote` is the MODEL argument
     when an upstream serves it (a remote's `NAME/model`, a vLLM child's model)."""
-    from launcher.catalog.library import scan_library
     from launcher.engines import registry
     from launcher.hardware.probe import probe_machine
 
-    def library() -> list[ModelEntry]:
-        return [library_entry(config, entry.name) for entry in scan_library() if entry.servable]
-
+    served_files = {file_key(first.model.path): first.model.name} if first is not None else {}
     for name, preset in config.presets.items():  # a typo in a preset stops the start, not its first request
         if remotes.named(preset.model) is not None:
             continue
         try:
-            resolve(preset.model)
+            served_files.setdefault(file_key(resolve(preset.model).path), name)
         except LauncherError as err:
             raise ConfigError(f"[models.{name}] model = {preset.model!r}: {err}") from err
+
+    def rescan_library() -> list[ModelEntry]:  # a model pulled since the start
+        return [library_entry(config, name) for name in library_models(served_files).names]
+
     startup = first.model.name if first is not None else served_remote
-    library_models = [entry.name for entry in library()] if config.library else []
-    names = server_names(config, startup, library_models, (config.model,) if config.model else (), remotes)
+    library = library_models(served_files) if config.serves_library else LibraryModels()
+    served_as = (config.model,) if config.model else ()
+    names = server_names(config, startup, library.names, served_as, remotes, library.same_files)
     planned = {startup: first} if first is not None and startup is not None else {}
 
     def prepare(entry: ModelEntry) -> PreparedLoad:
@@ -153,7 +156,7 @@ def _pool_for(
         metrics,
         budget_bytes=budget,
         max_models=config.max_models,
-        rescan=library if config.library else None,
+        rescan=rescan_library if config.serves_library else None,
         refresh=lambda requested: remotes.refresh(requested, config),
     )
 
@@ -197,8 +200,9 @@ def _start_child(config: ServeConfig) -> ChildServer | None:
 def serve(config: ServeConfig) -> int:
     """Plan, bind, load (in the background, /health says 503 meanwhile), announce, serve until a signal.
 
-    With `--library` or presets, models load by name on request; a MODEL given as well is loaded
-    at the start and answers the names nothing else matches. The registered remotes' models are
+    MODEL (the starter when neither it nor a preset is given) is loaded at the start and answers the
+    names nothing else matches; the library's other models (unless `--no-library`) and the presets
+    load by name on request. The registered remotes' models are
     served as `NAME/model` (server/remotes.py); `--engine vllm|sglang` runs the engine's own server
     as a child and serves through it (engines/child_server.py), stopping it on the way out.
     """
@@ -250,7 +254,9 @@ def _serve(config: ServeConfig, child: ChildServer | None) -> int:
     from launcher.server.state import ServerState
 
     remotes, served_remote = _remotes(config, child)
-    has_startup_model = (bool(config.model) or not config.serves_many) and served_remote is None
+    # MODEL, or the starter when neither MODEL nor a preset says what to serve (the library, on by
+    # default, only adds models loaded on request); presets alone load everything on request.
+    has_startup_model = (bool(config.model) or not config.presets) and served_remote is None
     first = plan(config) if has_startup_model else None
     # Other models are planned from the settings as given, not from the startup model's decision
     # (its context and GPU layers would not suit a model of another size).
@@ -307,7 +313,10 @@ def _serve(config: ServeConfig, child: ChildServer | None) -> int:
         url = public_url(config.host, port)
         print("LAUNCHER_READY " + json.dumps(_ready(state, url, config)), flush=True)
         count = len(pool.names.entries)
-        what = state.startup or served_remote or f"{count} model{'' if count == 1 else 's'} on request"
+        served = state.startup or served_remote
+        what = served or f"{count} model{'' if count == 1 else 's'} on request"
+        if served and count > 1:
+            what += f" (and {count - 1} more by name on request)"
         print(f"Serving {what} on {url}/v1 (Ctrl+C to stop)", file=sys.stderr, flush=True)
         watcher = asyncio.create_task(watch_child()) if child is not None else None
         await serving

@@ -1,9 +1,10 @@
 """What one running server knows: its config, its models (the pool) and its metrics.
 
-A server started with a MODEL loads it on a background thread (the app shows /health 503
-"loading" meanwhile); requests for it wait for that load. A server that loads by name
-(`--library`, presets) has nothing to wait for at start; one that runs a vLLM or SGLang child
-waits for the child's /health the same way (`prepare`).
+A server started with a MODEL (or none, and no presets: the starter) loads it on a background
+thread (the app shows /health 503 "loading" meanwhile); requests for it wait for that load, while
+the library's other models load by name on request. A server with presets and no MODEL has nothing
+to wait for at start; one that runs a vLLM or SGLang child waits for the child's /health the same
+way (`prepare`).
 """
 
 from __future__ import annotations
@@ -69,10 +70,10 @@ class ServerState:
 
     def check_open(self) -> None:
         """A 503 once the server is stopping, or while the startup model is still loading and
-        failed (a single-model server that cannot serve its model says why on every request)."""
+        failed (a server of that one model, which cannot serve it, says why on every request)."""
         if self.draining:
             raise ApiError(503, "The server is shutting down.", headers={"Retry-After": "2"})
-        if self.startup_error is not None and not self.config.serves_many:
+        if self.startup_error is not None and self.pool.names.serves_one_model:
             raise ApiError(503, f"The model failed to load: {self.startup_error}")
 
     @asynccontextmanager

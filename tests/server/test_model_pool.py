@@ -19,6 +19,7 @@ import httpx
 import openai
 import pytest
 
+from launcher.catalog.library import add_imported
 from launcher.core.config import ServeConfig
 from launcher.server.planning import plan
 from tests.conformance.servers import REPO_ROOT, SERVERS, RunningServer, launch_serve, start_server
@@ -47,9 +48,10 @@ def presets(tmp_path: Path, a: Path, b: Path, serve: str = "") -> Path:
 
 
 def serve_many(home: Path, *flags: str) -> RunningServer:
-    """`launcher serve` without a MODEL: everything loads on request (a MODEL given as well would
-    be loaded at the start)."""
-    argv = ["--port", "0", "--engine", "llamacpp", *LLAMACPP.extra_args, *flags]
+    """`launcher serve` with presets and without a MODEL: everything loads on request (a MODEL given
+    as well would be loaded at the start). Only the presets: the library (its starter) is served by
+    default, and these tests look at what the presets do."""
+    argv = ["--port", "0", "--engine", "llamacpp", *LLAMACPP.extra_args, "--no-library", *flags]
     return launch_serve(argv, home / "home", "serve-many")
 
 
@@ -308,3 +310,49 @@ def test_a_library_model_gets_its_own_plan_not_the_startup_models(
     assert chat(server, "gemma-3-270m").status_code == 200
     contexts = {m["id"]: m["context_length"] for m in httpx.get(server.url + "/launcher/models").json()["models"]}
     assert contexts[server.ready["model"]] == tiny and contexts["gemma-3-270m"] > 4096
+
+
+def test_serve_model_loads_the_other_library_models_by_name_unless_no_library(
+    two_models: tuple[Path, Path], tmp_path: Path, running: list[RunningServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a flag, as LM Studio and Ollama do: a request naming another library model loads it
+    beside MODEL, and MODEL's own file under its library name is the model loaded already, not a
+    second copy. With `--no-library` MODEL answers that name, as every other."""
+    a, b = two_models
+    home = tmp_path / "home"
+    monkeypatch.setenv("LAUNCHER_HOME", str(home))
+    add_imported(a, "first")  # MODEL's file, named otherwise in the library
+    add_imported(b, "second")
+    argv = [str(a), "--port", "0", "--engine", "llamacpp", "--context", "2048", "--parallel", "1"]
+    server = launch_serve(argv, home)
+    running.append(server)
+    assert server.ready["model"] == "tiny-a"
+    assert chat(server, "second").json()["model"] == "second"
+    assert chat(server, "first").json()["model"] == "tiny-a"
+    assert chat(server, "claude-sonnet-4-6").json()["model"] == "tiny-a"  # names no model has: MODEL's
+    assert loaded(server) == ["second", "tiny-a"]
+    assert httpx.get(server.url + "/launcher/models").json()["loads"] == {"tiny-a": 1, "second": 1}
+    cards = {card["id"]: card for card in httpx.get(server.base_url + "/models").json()["data"]}
+    assert cards["first"]["alias_for"] == "tiny-a" and cards["second"]["loaded"]
+
+    alone = launch_serve([*argv, "--no-library"], home, "serve-alone")
+    running.append(alone)
+    assert chat(alone, "second").json()["model"] == "tiny-a"
+    assert loaded(alone) == ["tiny-a"]
+    assert [card["id"] for card in httpx.get(alone.base_url + "/models").json()["data"]] == ["tiny-a"]
+
+
+def test_serve_alone_loads_the_starter_at_the_start_and_the_library_on_request(
+    two_models: tuple[Path, Path], tmp_path: Path, running: list[RunningServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("LAUNCHER_HOME", str(home))
+    add_imported(two_models[1], "second")
+    server = launch_serve(["--port", "0", "--context", "2048", "--parallel", "1"], home)
+    running.append(server)
+    starter = server.ready["model"]
+    assert starter == "gemma-3-270m" and loaded(server) == [starter]  # loaded before the first request
+    assert chat(server, "second").json()["model"] == "second"
+    assert chat(server, "gpt-5-codex").json()["model"] == starter
+    assert loaded(server) == [starter, "second"]
+    assert sorted(httpx.get(server.url + "/launcher/models").json()["available"]) == [starter, "second"]

@@ -116,6 +116,7 @@ def remotes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Remotes]:
             "tiny",
             "--api-key",
             LAB_KEY,
+            "--no-library",  # a server of one model: its remote listing is that model
         ],
         folder / "lab-home",
         "lab",

@@ -74,11 +74,11 @@ def test_flags_build_the_config() -> None:
 
 
 def test_the_apps_library_and_idle_unload_settings_reach_its_server_child() -> None:
-    config = ServeConfig(model="model.gguf", library=True, ttl=600, max_models=2)
-    argv = config.to_argv()
-    assert "--library" in argv and "True" not in argv  # a switch, as the CLI's BooleanOptionalAction takes it
-    assert parse(*argv) == config
-    assert parse(*config.model_copy(update={"library": False}).to_argv()).library is False
+    config = ServeConfig(model="model.gguf", ttl=600, max_models=2)
+    assert parse().library and parse(*config.to_argv()) == config  # the library is served by default
+    argv = config.model_copy(update={"library": False}).to_argv()
+    assert "--no-library" in argv and "False" not in argv  # a switch, as the CLI's BooleanOptionalAction takes it
+    assert parse(*argv).library is False
 
 
 def test_config_file_is_merged_and_flags_win(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 two tiny GGUFs (different random weights): both loaded by requests, two rows, Unload frees one on the server.
 
 One test drives the panel against a server with `[models.a]`/`[models.b]` presets behind an API key;
-another goes through the window, with "Load other library models on request" ticked. The quick ones
+another goes through the window, with "Load other library models on request" ticked (the default). The quick ones
 check the form's mapping onto `ServeConfig` and a busy row's button.
 """
 
@@ -62,11 +62,12 @@ def listed(url: str, key: str | None = None) -> list[str]:
 def test_the_form_maps_the_library_and_idle_minutes_onto_the_config(qtbot) -> None:  # type: ignore[no-untyped-def]
     panel = ServerPanel(ServerProcess())
     qtbot.addWidget(panel)
-    assert (panel.config().library, panel.config().ttl) == (False, None)  # defaults: one model, kept loaded
+    assert panel.library.isChecked()  # the default, as `launcher serve` without a flag
+    assert (panel.config().library, panel.config().ttl) == (True, None)  # the library on request, kept loaded
     assert panel.idle_unload.text() == "Never"
-    panel.load_config(ServeConfig(library=True, ttl=90))
-    assert panel.library.isChecked() and panel.idle_unload.value() == 2  # whole minutes, rounded up
-    assert (panel.config().library, panel.config().ttl) == (True, 120)
+    panel.load_config(ServeConfig(library=False, ttl=90))
+    assert not panel.library.isChecked() and panel.idle_unload.value() == 2  # whole minutes, rounded up
+    assert (panel.config().library, panel.config().ttl) == (False, 120)
 
 
 def test_a_busy_model_cannot_be_unloaded_from_its_row(qtbot) -> None:  # type: ignore[no-untyped-def]
@@ -129,7 +130,8 @@ def test_two_models_show_as_two_rows_and_unload_frees_one(qtbot, presets_server:
     refresh()
     assert panel.row_names() == [] and not panel.table.isVisible()
     summary = panel.summary.text()
-    assert summary.startswith("No model is loaded · 0 B of the ") and summary.endswith(" · 2 more load on request.")
+    # a, b and the library's starter (served too, by default)
+    assert summary.startswith("No model is loaded · 0 B of the ") and summary.endswith(" · 3 more load on request.")
 
 
 @pytest.mark.slow
@@ -145,14 +147,15 @@ def test_the_window_serves_the_library_and_shows_each_loaded_model(  # type: ign
     panel.port.setValue(0)
     panel.context.setValue(1024)
     panel.parallel.setValue(1)
-    panel.library.setChecked(True)
+    assert panel.library.isChecked()  # ticked by default
     panel.idle_unload.setValue(10)
     assert (panel.config().library, panel.config().ttl) == (True, 600)
     row = next(r for r in window.models_page.rows if r.local and r.local.model.path == two_models[0])
     with qtbot.waitSignal(window.server.ready, timeout=120_000) as ready:
         window.serve_row(row)
     endpoint: ServerEndpoint = ready.args[0]
-    assert "--library --ttl 600" in window.logs_page.text()  # the switch as the CLI takes it
+    command = next(line for line in window.logs_page.text().splitlines() if "--ttl 600" in line)
+    assert "--library" not in command and "--no-library" not in command  # ticked: the CLI's default
     assert not panel.library.isEnabled()  # settings of a running server are fixed until it stops
 
     chat(endpoint.base_url, "tiny-b")  # not the served model: loaded from the library by name

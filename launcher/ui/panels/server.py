@@ -91,7 +91,7 @@ class ServerPanel(Card):
         self.library = QCheckBox("Load other library models on request")
         self.library.setToolTip(
             "A request that names another model of your library loads it beside this one, as memory allows;"
-            " idle models make room for it (launcher serve --library)."
+            " idle models make room for it. Off: this model answers every name (launcher serve --no-library)."
         )
         self.idle_unload = QSpinBox()
         self.idle_unload.setRange(0, 24 * 60)
