@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +71,16 @@ class RunningServer:
     def base_url(self) -> str:
         """Base URL with /v1 (what SDKs take)."""
         return str(self.ready["base_url"])
+
+    def wait_for_log(self, *texts: str, timeout: float = 30.0) -> str:
+        """The server's log once it holds every one of `texts`: a request's log line is written after
+        its answer is sent, so a client can finish before the line is there."""
+        deadline = time.monotonic() + timeout
+        while True:
+            log = self.stderr_path.read_text(errors="replace")
+            if all(text in log for text in texts) or time.monotonic() > deadline:
+                return log
+            time.sleep(0.05)
 
     def stop(self) -> int:
         """SIGTERM, then SIGKILL if it does not exit; returns the exit code."""

@@ -189,8 +189,9 @@ def test_an_agents_names_reach_the_models_their_aliases_name(
     assert loaded(server) == ["big", "small"]
     codex = openai.OpenAI(base_url=server.base_url, api_key="x")
     assert codex.chat.completions.create(model="gpt-5-codex", messages=HELLO, max_tokens=2).model == "big"  # type: ignore[arg-type]
-    log = server.stderr_path.read_text()
-    assert "model=small asked=claude-haiku-4-5-20251001" in log and "model=big asked=gpt-5-codex" in log
+    wanted = ("model=small asked=claude-haiku-4-5-20251001", "model=big asked=gpt-5-codex")
+    log = server.wait_for_log(*wanted)
+    assert all(line in log for line in wanted)
 
 
 def test_a_model_too_big_for_the_budget_is_refused_with_the_numbers(
