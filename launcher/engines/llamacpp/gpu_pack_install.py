@@ -121,11 +121,25 @@ def _extract(archive: Path, into: Path) -> dict[str, Path]:
                     continue
                 if not member.isfile() or name.is_absolute() or ".." in name.parts:
                     raise DownloadError(f"{archive.name} holds {member.name!r}, which a GPU pack may not")
-                tar.extract(member, into, filter="data")
-                files[str(name)] = into / str(name)
+                files[str(name)] = _write_member(tar, member, into / str(name))
     except (tarfile.TarError, OSError) as err:
         raise DownloadError(f"The GPU pack could not be unpacked ({err}); nothing was installed.") from err
     return files
+
+
+def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -> Path:
+    """A regular file's bytes, with plain permissions (executable or not; never setuid or others-writable).
+
+    Copied by hand rather than with `extract(filter="data")`: Debian 12's Python 3.11.2 has no
+    extraction filters, and a pack holds nothing but regular files, checked above."""
+    source = tar.extractfile(member)
+    if source is None:
+        raise DownloadError(f"{member.name!r} in the GPU pack has no contents")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with source, target.open("wb") as out:
+        shutil.copyfileobj(source, out)
+    target.chmod(0o755 if member.mode & 0o111 else 0o644)
+    return target
 
 
 def _backend_library(files: dict[str, Path], entry: PackEntry) -> str:
