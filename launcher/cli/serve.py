@@ -1,10 +1,10 @@
 """`launcher serve MODEL`: serve a model on an OpenAI/Anthropic-compatible endpoint.
 
 Flags are generated from `ServeConfig` fields (one flag per field), so the CLI, the settings
-file and the app cannot drift. Precedence: ServeConfig defaults < settings `[serve]` <
-`--config FILE` `[serve]` < flags. The `--config` file's `[models.NAME]` tables are presets
-(`core.config.ModelPreset`): models loaded by name on request, with their own settings and
-aliases. When ready, one line goes to stdout:
+file and the app cannot drift. Precedence: ServeConfig defaults < settings `[serve]` (unless
+`--no-settings`, as the app passes) < `--config FILE` `[serve]` < flags. The `--config` file's
+`[models.NAME]` tables are presets (`core.config.ModelPreset`): models loaded by name on request,
+with their own settings and aliases. When ready, one line goes to stdout:
 
     LAUNCHER_READY {"url": ..., "base_url": ..., "model": ..., "engine": ..., ...}
 
@@ -53,6 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="GGUF path, catalog id or local-library name (default: the starter model)",
     )
     parser.add_argument(
+        "--no-settings",
+        dest="no_settings",
+        action="store_true",
+        help="ignore the settings file's [serve] table: only these flags and --config count "
+        "(the app passes its whole configuration this way)",
+    )
+    parser.add_argument(
         "--config",
         metavar="FILE",
         default=None,
@@ -96,7 +103,9 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
     from launcher.core import settings
     from launcher.core.errors import ConfigError
 
-    merged: dict[str, Any] = settings.load().serve.model_dump(exclude_unset=True)
+    # The app's child gets --no-settings: its flags are the app's whole form, and a field left at its
+    # default there (no flag) must not fall back to an older value the settings file still holds.
+    merged: dict[str, Any] = {} if args.no_settings else settings.load().serve.model_dump(exclude_unset=True)
     if args.config:
         path = Path(args.config).expanduser()
         try:

@@ -109,7 +109,7 @@ class ServerOutcome:
 def serve_command(config: ServeConfig, *, log_level: str = "INFO") -> tuple[str, list[str]]:
     """Program and arguments that run `launcher serve` for this config, the way this app was started."""
     program, *prefix = launcher_command()
-    return program, [*prefix, "--log-level", log_level, "serve", *config.to_argv()]
+    return program, [*prefix, "--log-level", log_level, "serve", "--no-settings", *config.to_argv()]
 
 
 def shown_command(program: str, arguments: list[str]) -> list[str]:

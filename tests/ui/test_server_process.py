@@ -101,7 +101,22 @@ def test_serve_command_runs_this_interpreter_with_the_config_flags() -> None:
     program, arguments = serve_command(ServeConfig(model="/m.gguf", port=0, parallel=2))
     assert program == sys.executable
     assert arguments[:2] == ["-m", "launcher"]
-    assert arguments[arguments.index("serve") + 1 :] == ["/m.gguf", "--parallel", "2", "--port", "0"]
+    assert arguments[arguments.index("serve") + 1 :] == ["--no-settings", "/m.gguf", "--parallel", "2", "--port", "0"]
+
+
+def test_the_apps_form_wins_over_older_settings_when_it_starts_its_server() -> None:
+    """The app passes only what differs from the defaults: an older settings file must not fill in
+    the rest (a user who ticks "Load other library models on request" again gets the library)."""
+    from launcher.cli import build_parser
+    from launcher.cli.serve import build_config
+    from launcher.core import settings
+
+    settings.save(settings.Settings(serve=ServeConfig(library=False, context=8192, parallel=1)))
+    form = ServeConfig(model="/m.gguf", parallel=2)  # library on, context auto: the defaults
+    _, arguments = serve_command(form)
+    child = build_config(build_parser().parse_args(arguments[arguments.index("serve") :]))
+    assert child == form
+    assert build_config(build_parser().parse_args(["serve", "/m.gguf"])).library is False  # by hand: settings count
 
 
 @pytest.mark.slow
