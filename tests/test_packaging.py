@@ -75,7 +75,7 @@ def test_serve_command_from_source_and_frozen(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(sys, "executable", "/opt/launcher/launcher")
     program, arguments = serve_command(config)
     assert program == "/opt/launcher/launcher"
-    assert arguments == ["--log-level", "INFO", "serve", "/m.gguf", "--parallel", "2", "--port", "0"]
+    assert arguments == ["--log-level", "INFO", "serve", "--no-settings", "/m.gguf", "--parallel", "2", "--port", "0"]
     assert shown_command(program, arguments) == ["launcher", *arguments]
 
 

@@ -48,9 +48,11 @@ def sse_payloads(response: httpx.Response) -> list[str]:
 
 def test_models_lists_the_served_model(api: openai.OpenAI, root_url: str, model_id: str) -> None:
     models = api.models.list().data
-    assert [m.id for m in models] == [model_id]
-    card = httpx.get(f"{root_url}/v1/models").json()["data"][0]
-    assert card["context_length"] > 0 and card["engine"] and "quant" in card
+    assert models[0].id == model_id
+    cards = httpx.get(f"{root_url}/v1/models").json()["data"]
+    card = cards[0]
+    assert card["loaded"] and card["context_length"] > 0 and card["engine"] and "quant" in card
+    assert not any(other["loaded"] for other in cards[1:])  # the library's other models load on request
     assert httpx.get(f"{root_url}/health").status_code == 200
 
 
