@@ -65,7 +65,7 @@ def missing_tools() -> str | None:
     absent = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
     if absent:
         return (
-            f"{' and '.join(absent)} not found: install Node.js 20+ and npm from the system's package manager "
+            f"{' and '.join(absent)} not found: install Node.js 18+ and npm from the system's package manager "
             "(Debian/Ubuntu: sudo apt-get install nodejs npm; macOS: brew install node)"
         )
     return None
