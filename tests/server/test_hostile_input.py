@@ -196,10 +196,11 @@ def test_a_client_leaving_mid_upload_is_logged_as_499_not_a_server_error(server:
             b"user-agent: leaves-mid-upload\r\ncontent-length: 5000\r\n\r\n" + b"{" * 100
         )
         time.sleep(0.3)
-    deadline = time.monotonic() + 10
-    while "leaves-mid-upload" not in log_of(server) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    line = next(line for line in log_of(server).splitlines() if "leaves-mid-upload" in line)
+    line = next(
+        line
+        for line in server.wait_for_log("leaves-mid-upload", timeout=10).splitlines()
+        if "leaves-mid-upload" in line
+    )
     assert " 499 " in line
     assert "Traceback" not in log_of(server)
 
