@@ -39,10 +39,17 @@ COMMENT_KEEPALIVE = b": keep-alive\n\n"
 """An SSE comment: clients ignore it, but the bytes reset their read timeouts."""
 
 
+# Characters that some clients' line splitters (JavaScript's, Python's str.splitlines) take for a
+# line break although SSE does not: raw in an event's JSON, they would cut the event in two. JSON
+# allows their escaped form anywhere a string holds them.
+_UNICODE_LINE_BREAKS = str.maketrans({"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def _json(payload: Any) -> str:
+    """The payload as one-line JSON: UTF-8 text as is, but no character any client splits lines at."""
     if isinstance(payload, BaseModel):  # a response model (schemas_*): its wire form
         payload = payload.model_dump()
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).translate(_UNICODE_LINE_BREAKS)
 
 
 def data_event(payload: Any) -> bytes:

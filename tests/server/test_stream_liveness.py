@@ -95,3 +95,33 @@ def test_a_long_tool_call_being_written_keeps_the_stream_alive(serve: ServeFn, f
     call_at = next(t for t, line in lines if '"tool_use"' in line)
     pings = [t for t, line in lines if _is_keepalive(line) and t < call_at]
     assert call_at > 1.5 and len(pings) >= 4
+
+
+@pytest.mark.parametrize("api", list(REQUESTS))
+def test_unicode_line_breaks_in_the_text_do_not_split_events(serve: ServeFn, fake_model: FakeModel, api: str) -> None:
+    # Clients that split lines as JavaScript or Python's str.splitlines do also break at NEL,
+    # U+2028 and U+2029: raw in an event's JSON, those would cut the event in two.
+    reply = "a\u2028b\x85c\u2029d\ne"
+    fake_model.reply = lambda prompt: reply
+    path, body = REQUESTS[api]
+    with serve(fake_model) as url:
+        response = httpx.post(url + path, json={"model": "m", "stream": True, **body}, timeout=30)
+    assert response.status_code == 200
+    lines = [line for line in response.text.splitlines() if line]
+    assert lines and all(line.startswith(("data: ", "event: ", ":")) for line in lines), lines
+    payloads = [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
+    assert "".join(_texts(payloads)) == reply  # every character arrived, in its event
+
+
+def _texts(payloads: list[Any]) -> list[str]:
+    """The text deltas of any of the four protocols' stream events."""
+    texts = []
+    for payload in payloads:
+        for choice in payload.get("choices", []):
+            texts.append((choice.get("delta") or {}).get("content") or choice.get("text") or "")
+        delta = payload.get("delta") or {}
+        if isinstance(delta, dict):
+            texts.append(delta.get("text") or "")
+        elif isinstance(delta, str):
+            texts.append(delta)
+    return texts
