@@ -93,7 +93,10 @@ def uvicorn_server(app: Starlette, config: ServeConfig, **overrides: Any) -> uvi
     settings: dict[str, Any] = {
         # uvicorn follows `launcher --log-level` (its startup chatter only from INFO down)
         "log_level": "info" if logging.getLogger().isEnabledFor(logging.INFO) else "warning",
-        "access_log": False,
+        "access_log": False,  # the request log (server/request_log.py) says more, in one line per request
+        # uvicorn's records go to the process's handlers (core/logging.py), which escape what clients
+        # sent, rather than to handlers of uvicorn's own that would print it raw
+        "log_config": None,
         "lifespan": "on",
         "timeout_graceful_shutdown": 3,
         "timeout_keep_alive": KEEPALIVE_S,

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -270,6 +271,25 @@ def test_a_client_that_leaves_the_queue_stops_counting_as_waiting(server: Runnin
         assert metric(server, "launcher_requests_waiting") == 0
         assert metric(server, "launcher_requests_running") == 1, "the first one ended too soon to tell"
         running.close()
+
+
+FORGED = "2099-01-01 00:00:00,000 WARNING launcher.requests: GET /forged 200 total=0.00s"
+
+
+def test_line_breaks_a_client_sends_cannot_forge_lines_in_the_log(server: RunningServer) -> None:
+    # In the URL path (percent-encoded: \n, \r, NEL, U+2028, U+2029) and in a model name.
+    for line_break in ("%0A", "%0D", "%C2%85", "%E2%80%A8", "%E2%80%A9"):
+        httpx.get(f"{server.url}/v1/models/x{line_break}{quote(FORGED)}", timeout=30)
+    name = f"m\n{FORGED}\u2028{FORGED}\x85{FORGED}"
+    response = post(
+        server, "/v1/chat/completions", {"model": name, "messages": HELLO, "max_tokens": 1}, **{"user-agent": "forger"}
+    )
+    assert response.status_code == 200, response.text
+    server.wait_for_log("forger", timeout=10)
+    log = log_of(server)
+    assert not [line for line in log.splitlines() if line.startswith("2099")]  # splitlines: NEL, U+2028 too
+    assert "x\\nFORGED".replace("FORGED", FORGED) in log  # the path is there, escaped
+    assert f"asked=m\\n{FORGED}\\u2028" in log
 
 
 def test_no_request_above_left_a_server_error(server: RunningServer) -> None:
