@@ -90,7 +90,13 @@ class ServerState:
     async def remote_entry(self, requested: str) -> ModelEntry | None:
         """The remote model a request's `model` names (None: a local one, or a 404 for no model at all);
         the request log records who answers."""
-        entry = await self.pool.entry(requested)
+        try:
+            entry = await self.pool.entry(requested)
+        except ApiError as err:  # `NAME/typo`: say what that remote lists
+            unknown = self.remotes.unknown_model(requested) if err.status == 404 else None
+            if unknown is None:
+                raise
+            raise unknown from None
         if entry.remote is None:
             return None
         self.check_open()
