@@ -7,7 +7,9 @@ Each running sequence owns one sampler chain (penalties and grammar keep per-seq
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
+import time
 from collections.abc import Callable, Collection, Iterable
 from types import ModuleType
 from typing import Any
@@ -15,10 +17,24 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from launcher.engines._schema_bounds import SchemaBoundsError, check_schema_bounds, whole_string_pattern, with_patterns
 from launcher.engines.base import Constraint, SamplingParams, TokenLogprob
 
 GRAMMAR_ROOT = "launcher-root"
 _PENALTY_WINDOW = 64  # tokens the repeat/presence/frequency penalties look back over
+# llama.cpp's grammars spell out every repetition a schema asks for, and an optional one (up to
+# `maxLength`) as a nested group: its parser refuses ~1,500 levels and overflows its stack (the
+# server crashes) at ~20,000. Below this bound a schema compiles in milliseconds.
+MAX_REPETITION = 1_000
+MAX_TOTAL_REPETITION = 20_000
+# What a grammar compiled from a schema may come to. The schema bounds keep real schemas far below
+# these; they catch what multiplies past them (a definition inlined by many `allOf`s, say), and
+# llama.cpp's own parser then spends ~15 ms per MB of grammar.
+MAX_GRAMMAR_CHARS = 2_000_000
+MAX_COMPILE_S = 1.0
+# What may surround a match of an unanchored `pattern` inside a JSON string: plain characters
+# that need no escape (the converter writes pattern characters into the JSON text as they are).
+_JSON_PLAIN_CHAR = r'[^"\\\x00-\x1F\x7F]'
 
 
 class ConstraintError(ValueError):
@@ -31,42 +47,108 @@ def _gbnf_literal(text: str) -> str:
 
 
 def compile_constraint(constraint: Constraint) -> str:
-    """GBNF text whose rule `launcher-root` generates prefix_text + the constrained part + suffix_text."""
+    """GBNF text whose rule `launcher-root` generates prefix_text + the constrained part + suffix_text.
+
+    Schemas are checked against `_schema_bounds` first and compiled under a size and time budget,
+    so no request can make this take more than milliseconds; results are cached per schema text
+    (agents send the same tools with every turn).
+    """
+    # Key order matters: the converter writes properties in the schema's order.
+    schema_text = json.dumps(constraint.schema) if constraint.schema is not None else None
+    return _compile_cached(
+        constraint.kind, schema_text, constraint.pattern, constraint.prefix_text, constraint.suffix_text
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _compile_cached(kind: str, schema_text: str | None, pattern: str | None, prefix_text: str, suffix_text: str) -> str:
     from llama_cpp import llama_grammar
 
-    if constraint.kind == "json_schema":
-        if constraint.schema is None:
+    if kind == "json_schema":
+        if schema_text is None:
             raise ConstraintError("a json_schema constraint needs a schema")
-        try:
-            body = llama_grammar.json_schema_to_gbnf(json.dumps(constraint.schema))
-        except Exception as err:  # the converter raises bare Exceptions/KeyErrors on bad schemas
-            raise ConstraintError(f"unsupported JSON schema: {err}") from None
-    elif constraint.kind == "json_object":
+        body = _schema_to_gbnf(json.loads(schema_text))
+    elif kind == "json_object":
         body = llama_grammar.json_schema_to_gbnf(json.dumps({"type": "object"}))
-    elif constraint.kind == "grammar_gbnf":
-        if not constraint.pattern:
+    elif kind == "grammar_gbnf":
+        if not pattern:
             raise ConstraintError("a grammar_gbnf constraint needs the grammar text in `pattern`")
-        body = constraint.pattern
-    elif constraint.kind == "regex":
-        if not constraint.pattern:
+        body = pattern
+    elif kind == "regex":
+        if not pattern:
             raise ConstraintError("a regex constraint needs a pattern")
         try:
+            check_schema_bounds({"pattern": pattern}, max_repetition=MAX_REPETITION)
             converter = llama_grammar.SchemaConverter(  # type: ignore[no-untyped-call]
                 prop_order={}, allow_fetch=False, dotall=False, raw_pattern=True
             )
-            pattern = constraint.pattern
             anchored = ("" if pattern.startswith("^") else "^") + pattern + ("" if pattern.endswith("$") else "$")
             converter.visit({"type": "string", "pattern": anchored}, "")  # type: ignore[no-untyped-call]
             body = converter.format_grammar()  # type: ignore[no-untyped-call]
         except Exception as err:
             raise ConstraintError(f"unsupported regex: {err}") from None
     else:
-        raise ConstraintError(f"unknown constraint kind {constraint.kind!r}")
-    parts = [_gbnf_literal(constraint.prefix_text)] if constraint.prefix_text else []
+        raise ConstraintError(f"unknown constraint kind {kind!r}")
+    parts = [_gbnf_literal(prefix_text)] if prefix_text else []
     parts.append("root")
-    if constraint.suffix_text:
-        parts.append(_gbnf_literal(constraint.suffix_text))
+    if suffix_text:
+        parts.append(_gbnf_literal(suffix_text))
     return f"{body}\n{GRAMMAR_ROOT} ::= {' '.join(parts)}\n"
+
+
+def _schema_to_gbnf(schema: Any) -> str:
+    """llama.cpp's own JSON-schema converter, within the bounds, with JSON Schema's unanchored patterns."""
+    from llama_cpp import llama_grammar
+
+    try:
+        check_schema_bounds(schema, max_repetition=MAX_REPETITION, max_total_repetition=MAX_TOTAL_REPETITION)
+        schema = with_patterns(schema, lambda pattern: whole_string_pattern(pattern, _JSON_PLAIN_CHAR))
+    except SchemaBoundsError as err:
+        raise ConstraintError(str(err)) from None
+    converter = _BudgetedConverter(
+        llama_grammar.SchemaConverter, deadline=time.monotonic() + MAX_COMPILE_S, max_chars=MAX_GRAMMAR_CHARS
+    )
+    try:
+        return converter.convert(schema)
+    except ConstraintError:
+        raise
+    except Exception as err:  # the converter raises bare Exceptions/KeyErrors/AssertionErrors on bad schemas
+        raise ConstraintError(f"unsupported JSON schema: {err}") from None
+
+
+class _BudgetedConverter:
+    """Runs llama.cpp's SchemaConverter, stopping it once its grammar passes `max_chars` or it runs
+    past `deadline` (checked at each rule it adds, and no single rule can be large: see the bounds)."""
+
+    def __init__(self, converter_class: Any, *, deadline: float, max_chars: int) -> None:
+        budget = self
+
+        class Converter(converter_class):  # type: ignore[misc, valid-type]
+            def _add_rule(self, name: str, rule: str) -> str:
+                budget.charge(len(name) + len(rule))
+                return str(super()._add_rule(name, rule))
+
+        self._converter = Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+        self._deadline = deadline
+        self._max_chars = max_chars
+        self._chars = 0
+
+    def charge(self, chars: int) -> None:
+        """Count a rule's size; raise ConstraintError once over budget."""
+        self._chars += chars
+        if self._chars > self._max_chars:
+            raise ConstraintError(
+                f"the grammar for this schema would pass {self._max_chars:,} characters; simplify the schema "
+                "(fewer properties, definitions used fewer times, lower length and item limits)"
+            )
+        if time.monotonic() > self._deadline:
+            raise ConstraintError(f"compiling this schema took over {MAX_COMPILE_S:g} s; simplify it")
+
+    def convert(self, schema: Any) -> str:
+        """The GBNF text (rule `root`) for `schema`."""
+        resolved = self._converter.resolve_refs(schema, "stdin")
+        self._converter.visit(resolved, "")
+        return str(self._converter.format_grammar())
 
 
 def check_grammar(llama_cpp: ModuleType, vocab: Any, grammar: str) -> None:

@@ -1,0 +1,179 @@
+"""JSON schemas as llama.cpp grammars: unanchored patterns, and schemas too large to compile.
+
+Acceptance is checked by llama.cpp's own grammar sampler over the tiny GGUF's vocabulary: a text
+is accepted when each of its tokens passes the grammar in turn and the grammar may end after it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launcher.engines.base import Constraint
+from launcher.engines.llamacpp._sampling import (
+    GRAMMAR_ROOT,
+    MAX_REPETITION,
+    MAX_TOTAL_REPETITION,
+    ConstraintError,
+    compile_constraint,
+)
+from launcher.engines.llamacpp.model import LlamaCppModel
+from tests.engines.support import greedy, run
+
+
+class GrammarProbe:
+    """llama.cpp's grammar sampler over a GGUF's vocabulary (loaded alone, no weights)."""
+
+    def __init__(self, gguf: Path) -> None:
+        import llama_cpp
+
+        self._ll = llama_cpp
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        self._model = llama_cpp.llama_model_load_from_file(str(gguf).encode(), params)
+        assert self._model
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self._eos = llama_cpp.llama_vocab_eos(self._vocab)
+
+    def close(self) -> None:
+        self._ll.llama_model_free(self._model)
+
+    def tokens(self, text: str) -> list[int]:
+        raw = text.encode()
+        buffer = (self._ll.llama_token * (len(raw) + 8))()
+        count = self._ll.llama_tokenize(self._vocab, raw, len(raw), buffer, len(buffer), False, False)
+        assert count >= 0
+        return list(buffer[:count])
+
+    def accepts(self, grammar: str, text: str) -> bool:
+        """Whether the grammar lets a model write exactly `text` and stop."""
+        sampler = self._ll.llama_sampler_init_grammar(self._vocab, grammar.encode(), GRAMMAR_ROOT.encode())
+        assert sampler, "llama.cpp rejected the grammar"
+        try:
+            for token in self.tokens(text):
+                if not self._allowed(sampler, token):
+                    return False
+                self._ll.llama_sampler_accept(sampler, token)
+            return self._allowed(sampler, self._eos)
+        finally:
+            self._ll.llama_sampler_free(sampler)
+
+    def _allowed(self, sampler: Any, token: int) -> bool:
+        data = (self._ll.llama_token_data * 1)()
+        data[0].id, data[0].logit, data[0].p = token, 0.0, 0.0
+        candidates = self._ll.llama_token_data_array(data, 1, -1, False)
+        self._ll.llama_sampler_apply(sampler, ctypes.byref(candidates))
+        return not math.isinf(data[0].logit)
+
+
+@pytest.fixture(scope="module")
+def probe(tiny_gguf: Path) -> Iterator[GrammarProbe]:
+    grammar_probe = GrammarProbe(tiny_gguf)
+    yield grammar_probe
+    grammar_probe.close()
+
+
+def string_grammar(pattern: str) -> str:
+    return compile_constraint(Constraint(kind="json_schema", schema={"type": "string", "pattern": pattern}))
+
+
+@pytest.mark.parametrize(
+    ("pattern", "accepted", "refused"),
+    [
+        ("a", ['"a"', '"xay"', '"ab"', '"ba"'], ['"xy"', '""']),
+        ("^a$", ['"a"'], ['"xay"', '"ab"', '"ba"']),
+        ("^a", ['"a"', '"ab"'], ['"ba"', '"xay"']),
+        ("a$", ['"a"', '"ba"'], ['"ab"', '"xay"']),
+        ("^a|b$", ['"a"', '"ax"', '"xb"'], ['"xa"', '"bx"']),
+        ("(?:ab)+", ['"ab"', '"xababy"'], ['"ba"']),
+    ],
+)
+def test_a_json_schema_pattern_matches_anywhere_in_the_string_unless_anchored(
+    probe: GrammarProbe, pattern: str, accepted: list[str], refused: list[str]
+) -> None:
+    grammar = string_grammar(pattern)
+    assert [text for text in accepted if not probe.accepts(grammar, text)] == []
+    assert [text for text in refused if probe.accepts(grammar, text)] == []
+
+
+def test_the_text_around_an_unanchored_match_stays_valid_json(probe: GrammarProbe) -> None:
+    grammar = string_grammar("a")
+    assert not probe.accepts(grammar, '"x"a"')  # a bare quote would end the string early
+    assert not probe.accepts(grammar, '"a\nb"')  # control characters must be escaped in JSON
+
+
+def test_an_anchor_inside_a_group_is_refused_with_a_reason() -> None:
+    with pytest.raises(ConstraintError, match=r"anchor inside it"):
+        string_grammar("(^a)")
+
+
+HUGE = [
+    ({"type": "string", "minLength": 10**8, "maxLength": 10**8}, "minLength at # is 100000000"),
+    ({"type": "string", "minLength": 10**7, "maxLength": 10**7}, "minLength at # is 10000000"),
+    ({"type": "array", "items": {"type": "integer"}, "maxItems": 10**8}, "maxItems at # is 100000000"),
+    (
+        {"type": "object", "properties": {"a": {"type": "string", "pattern": "^x{100000000}$"}}},
+        "pattern at #/properties/a",
+    ),
+]
+
+
+@pytest.mark.parametrize(("schema", "named"), HUGE, ids=["minLength-1e8", "minLength-1e7", "maxItems", "pattern"])
+def test_a_schema_asking_for_a_huge_grammar_is_refused_at_once(schema: dict[str, Any], named: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(ConstraintError) as caught:
+        compile_constraint(Constraint(kind="json_schema", schema=schema))
+    assert time.monotonic() - started < 1.0  # was 6.7 s (10**8) and 0.7 s (10**7) before llama.cpp's own parse
+    assert named in str(caught.value) and f"above the {MAX_REPETITION}" in str(caught.value)
+
+
+def test_repetition_counts_add_up_against_one_budget() -> None:
+    count = MAX_TOTAL_REPETITION // MAX_REPETITION + 1
+    many = {f"p{i}": {"type": "string", "maxLength": MAX_REPETITION} for i in range(count)}
+    with pytest.raises(ConstraintError, match=f"add up to more than {MAX_TOTAL_REPETITION}"):
+        compile_constraint(Constraint(kind="json_schema", schema={"type": "object", "properties": many}))
+
+
+TOO_MANY = MAX_REPETITION + 1
+
+
+@pytest.mark.parametrize(
+    ("schema", "within", "past"),
+    [
+        ({"type": "string", "minLength": 3, "maxLength": MAX_REPETITION}, '"abc"', '"' + "a" * TOO_MANY + '"'),
+        (
+            {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": MAX_REPETITION},
+            "[1, 2]",
+            "[" + ", ".join(["1"] * TOO_MANY) + "]",
+        ),
+        ({"type": "string", "pattern": f"^[a-c]{{3,{MAX_REPETITION}}}$"}, '"abc"', '"' + "a" * TOO_MANY + '"'),
+    ],
+    ids=["maxLength", "maxItems", "pattern"],
+)
+def test_a_schema_at_the_bounds_compiles_fast_and_llama_cpp_parses_it(
+    probe: GrammarProbe, schema: dict[str, Any], within: str, past: str
+) -> None:
+    started = time.monotonic()
+    grammar = compile_constraint(Constraint(kind="json_schema", schema=schema))
+    assert probe.accepts(grammar, within) and not probe.accepts(grammar, past)
+    assert time.monotonic() - started < 5.0  # milliseconds on an idle core; generous for a loaded machine
+
+
+def test_a_compiled_schema_is_reused() -> None:
+    constraint = Constraint(kind="json_schema", schema={"type": "object", "properties": {"q": {"type": "string"}}})
+    assert compile_constraint(constraint) is compile_constraint(constraint)
+
+
+async def test_the_engine_refuses_a_huge_schema_as_a_client_error(
+    tiny_model: LlamaCppModel, text_prompt: list[int]
+) -> None:
+    huge = Constraint(kind="json_schema", schema=HUGE[0][0])
+    outcome = await run(tiny_model, greedy(text_prompt, 4, constraint=huge))
+    assert outcome.last.finish_reason == "error" and outcome.last.request_error
+    assert "minLength" in (outcome.last.error or "")
