@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Collection
 
+from launcher.engines._schema_bounds import SchemaBoundsError, check_schema_bounds
 from launcher.engines.base import Constraint
 
 
@@ -37,6 +38,10 @@ def _body(constraint: Constraint) -> str:
     if constraint.kind == "json_schema":
         if not isinstance(constraint.schema, dict):
             raise ConstraintError("json_schema constraint without a schema object")
+        try:
+            check_schema_bounds(constraint.schema)
+        except SchemaBoundsError as err:
+            raise ConstraintError(str(err)) from None
         return "%json " + json.dumps(constraint.schema, ensure_ascii=False)
     if constraint.kind == "json_object":
         return '%json {"type": "object"}'

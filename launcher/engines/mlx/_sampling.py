@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from launcher.engines._schema_bounds import SchemaBoundsError, check_schema_bounds
 from launcher.engines.base import Constraint, SamplingParams
 
 log = logging.getLogger("launcher.engines.mlx")
@@ -120,6 +121,10 @@ class GrammarCompiler:
         if constraint.kind == "json_schema":
             if constraint.schema is None:
                 raise ConstraintError("a json_schema constraint needs a schema")
+            try:
+                check_schema_bounds(constraint.schema)
+            except SchemaBoundsError as err:
+                raise ConstraintError(str(err)) from None
             body = f"%json {json.dumps({**tightened(constraint.schema), 'x-guidance': _JSON_STYLE})}"
         elif constraint.kind == "json_object":
             body = f"%json {json.dumps({'type': 'object', 'x-guidance': _JSON_STYLE})}"

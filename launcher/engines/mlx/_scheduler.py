@@ -27,10 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.engines._jobs import refusal
 from launcher.engines._scheduler_base import Occupancy, SchedulerThread
 from launcher.engines.base import FinishReason, GenerationEvent, GenerationRequest, TokenLogprob
-from launcher.engines.mlx._sampling import ConstraintError, GrammarProcessor, make_processors, make_sampler
+from launcher.engines.mlx._sampling import GrammarProcessor, make_processors, make_sampler
 from launcher.engines.mlx._tokens import IncrementalText, TokenizerAccess
 
 log = logging.getLogger("launcher.engines.mlx")
@@ -50,7 +49,7 @@ class Job:
     cancelled: bool = False
     uid: int = -1
     text: IncrementalText | None = None
-    grammar: GrammarProcessor | None = None
+    grammar: GrammarProcessor | None = None  # the request's constraint, compiled when it was made
     generated: int = 0
     cached_prompt_tokens: int = 0
 
@@ -78,7 +77,6 @@ class Scheduler(SchedulerThread[Job]):
         self._load_error: BaseException | None = None
         self.loaded: Loaded | None = None
         self._tokens: TokenizerAccess | None = None
-        self._compile: Callable[[Job], GrammarProcessor | None] | None = None
         self._eos: list[list[int]] = []
         self._n_vocab = 0
         self.memory: dict[str, int] = {}
@@ -95,14 +93,11 @@ class Scheduler(SchedulerThread[Job]):
         assert self.loaded is not None
         return self.loaded
 
-    def configure(
-        self, tokens: TokenizerAccess, eos_ids: list[int], n_vocab: int, compile_grammar: Callable[[Job], Any]
-    ) -> None:
+    def configure(self, tokens: TokenizerAccess, eos_ids: list[int], n_vocab: int) -> None:
         """Facts the steps need, known once the model and tokenizer are loaded (before any submit)."""
         self._tokens = tokens
         self._eos = [[t] for t in eos_ids]
         self._n_vocab = n_vocab
-        self._compile = compile_grammar
 
     # ----- the scheduler base's hooks ------------------------------------------------------------
 
@@ -207,18 +202,11 @@ class Scheduler(SchedulerThread[Job]):
     # ----- admission and prefix reuse ------------------------------------------------------------
 
     def _start(self, job: Job) -> None:
-        try:
-            self._insert(job)
-        except ConstraintError as err:
-            self._events.emit(job, refusal(job.request, str(err)))
-
-    def _insert(self, job: Job) -> None:
         from mlx_lm.generate import StopSequences
         from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
-        assert self._tokens is not None and self._compile is not None
+        assert self._tokens is not None
         request = job.request
-        job.grammar = self._compile(job)
         prompt = list(request.prompt_tokens)
         prompt_cache, rest = self._cache.fetch_nearest_cache(_CACHE_KEY, prompt)
         if prompt_cache is not None and not rest:

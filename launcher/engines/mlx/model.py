@@ -16,8 +16,8 @@ import psutil
 
 from launcher.core.errors import EngineError
 from launcher.engines._jobs import check_prompt
-from launcher.engines.base import EngineStats, GenerationEvent, GenerationRequest, ModelInfo
-from launcher.engines.mlx._sampling import GrammarCompiler, GrammarProcessor
+from launcher.engines.base import Constraint, EngineStats, GenerationEvent, GenerationRequest, ModelInfo
+from launcher.engines.mlx._sampling import ConstraintError, GrammarCompiler, GrammarProcessor
 from launcher.engines.mlx._scheduler import Job, Scheduler
 from launcher.engines.mlx._tokens import TokenizerAccess
 
@@ -42,7 +42,7 @@ class MlxModel:
         self._n_vocab = n_vocab
         self._closed = False
         self._process = psutil.Process()
-        scheduler.configure(tokens, list(info.eos_token_ids), n_vocab, self._compile)
+        scheduler.configure(tokens, list(info.eos_token_ids), n_vocab)
 
     # ----- vocabulary ------------------------------------------------------------------------
 
@@ -59,19 +59,24 @@ class MlxModel:
     def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
         """Queue `request` and stream its events; raises QueueFullError when the wait queue is full.
 
-        Requests the engine cannot run (empty or too-long prompt) get a single event with
-        finish_reason "error" and a message that says what to change; so do constraints that
-        cannot be compiled (found when the request is admitted).
+        Requests the engine cannot run (empty or too-long prompt, a constraint that cannot be
+        compiled) get a single event with finish_reason "error" and a message that says what to
+        change, at once: a bad schema is found here, not after the request waited for a slot.
         """
         checked = check_prompt(request, vocab_size=self._n_vocab, context=self.info.context_length)
-        job = Job(request=checked.request, loop=asyncio.get_running_loop(), queue=asyncio.Queue())
-        return self._scheduler.stream(job, checked.problem, closed=self._closed)
+        problem = checked.problem
+        grammar = None
+        if problem is None and request.constraint is not None and not self._closed:
+            try:
+                grammar = self._compile(request.constraint)
+            except ConstraintError as err:
+                problem = str(err)
+        job = Job(request=checked.request, loop=asyncio.get_running_loop(), queue=asyncio.Queue(), grammar=grammar)
+        return self._scheduler.stream(job, problem, closed=self._closed)
 
-    def _compile(self, job: Job) -> GrammarProcessor | None:
-        """Called on the scheduler thread when the job is admitted (builds the token table once)."""
-        constraint = job.request.constraint
-        if constraint is None:
-            return None
+    def _compile(self, constraint: Constraint) -> GrammarProcessor:
+        """A grammar processor for one request (milliseconds: schemas are bounded, the token table is
+        built at load); raises ConstraintError."""
         matcher = self._grammars.matcher(
             constraint, lambda text: self._tokens.encode(text, add_special=False, parse_special=True)
         )
