@@ -197,10 +197,14 @@ def whole_string_pattern(pattern: str, any_char: str = ".") -> str:
             depth += 1
         elif token == ")":
             depth -= 1
+        if depth < 0 or (token.startswith("[") and (len(token) < 2 or not token.endswith("]"))):
+            raise SchemaBoundsError(f"the pattern {pattern!r} is not a valid regular expression (unbalanced)")
         if token == "|" and depth == 0:
             alternatives.append([])
         else:
             alternatives[-1].append(token)
+    if depth:
+        raise SchemaBoundsError(f"the pattern {pattern!r} is not a valid regular expression (unbalanced)")
     pieces: list[str] = []
     for alternative in alternatives:
         starts = bool(alternative) and alternative[0] == "^"

@@ -113,6 +113,12 @@ def test_an_anchor_inside_a_group_is_refused_with_a_reason() -> None:
         string_grammar("(^a)")
 
 
+@pytest.mark.parametrize("pattern", ["((((", "a)", "[ab"])
+def test_an_unbalanced_pattern_is_refused(pattern: str) -> None:
+    with pytest.raises(ConstraintError, match=r"not a valid regular expression"):
+        string_grammar(pattern)
+
+
 HUGE = [
     ({"type": "string", "minLength": 10**8, "maxLength": 10**8}, "minLength at # is 100000000"),
     ({"type": "string", "minLength": 10**7, "maxLength": 10**7}, "minLength at # is 10000000"),
