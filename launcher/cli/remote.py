@@ -8,7 +8,8 @@ launcher remote remove gpu
 The key goes into the OS keyring; where there is no usable one (a headless machine) it goes into a
 file in the config folder that only this user can read, and `add` says so. LAUNCHER_REMOTE_KEY_<NAME>
 in `launcher serve`'s environment overrides either. A server reads the list when it starts: restart
-it after a change.
+it after a change. `add` and `list` ask each remote for its models within a few seconds
+(`upstream.LIST_TIMEOUT_S`, all of the answer), and say in one line when it did not answer.
 """
 
 from __future__ import annotations

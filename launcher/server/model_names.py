@@ -4,7 +4,9 @@ Agents ask for the names they know: Claude Code for `claude-sonnet-*` and, for t
 summaries, `claude-haiku-*`; Codex for `gpt-*`. A name is looked up as an exact model name, then
 as an alias (exact aliases before `*` patterns, so `claude-haiku-4-5` can go to a small model
 while `claude-*` goes to a big one), then falls to the default model if there is one: a server
-started with `launcher serve MODEL` answers every name with MODEL, as llama-server does.
+started with `launcher serve MODEL` answers every name with MODEL, as llama-server does. A name
+under a remote's prefix (`box/...`) never falls to the default: it asked for that remote, and a
+typo there is a 404, not another model's answer.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class ModelNames:
     entries: dict[str, ModelEntry]
     aliases: dict[str, str] = field(default_factory=dict)  # NAME or pattern -> entry name
     default: str | None = None
+    remote_prefixes: tuple[str, ...] = ()  # the registered remotes' `NAME/`: names the default never answers
 
     def resolve(self, requested: str) -> ModelEntry | None:
         """The entry `requested` names, or None (then the server answers 404 with what it has)."""
@@ -40,6 +43,8 @@ class ModelNames:
         target = alias_target(self.aliases, requested)
         if target is not None:
             return self.entries.get(target)
+        if requested.startswith(self.remote_prefixes) and self.remote_prefixes:
+            return None  # a model of a remote that does not list it
         return self.entries.get(self.default) if self.default else None
 
     def knows(self, requested: str) -> bool:
@@ -119,7 +124,8 @@ def server_names(
             entries[target] = remote_entry(config, remote)
     for name, target in (same_files or {}).items():
         aliases.setdefault(name, target)  # an alias the user gave wins
-    names = ModelNames(entries, aliases, default)
+    prefixes = tuple(upstream.prefix for upstream in remotes.upstreams.values() if upstream.prefix)
+    names = ModelNames(entries, aliases, default, prefixes)
     for alias, target in names.aliases.items():
         if target not in entries:
             known = ", ".join(sorted(entries)) or "none"

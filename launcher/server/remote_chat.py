@@ -14,6 +14,14 @@ Completions (vLLM, SGLang, most providers) serves Claude Code's Messages and Cod
 - **Mid-reply**, an upstream that drops the connection, or sends an error event, ends the reply
   with an error `Finish`, which each route writes as its own error event.
 - **A client that goes away** closes the upstream request (`aclose`), so the upstream stops generating.
+- **Bounds.** The answer must start within `upstream.HEADERS_TIMEOUT_S` (a 504 otherwise); a line of
+  the stream must come within `READ_TIMEOUT_S` of the one before and be no longer than
+  `MAX_LINE_BYTES`, the reply no longer than `MAX_REPLY_BYTES` (inflated); an error body is read to
+  `MAX_ERROR_BYTES`. The request's max_tokens (or --max-output-tokens) is counted here too: an
+  upstream that goes on past it is closed, and the reply ends with "length". The reader stops
+  reading upstream while `BUFFERED_BYTES` wait for a client that does not read.
+- **An answer that is not a stream** (a server that ignores `stream: true`) is read as a whole
+  chat completion; one that is not a chat completion is a 502 saying so.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -28,22 +37,37 @@ from typing import Any
 import httpx
 
 from launcher.engines.base import Constraint, SamplingParams, TokenLogprob
+from launcher.server import upstream as limits
 from launcher.server.chat import ChatEvent, ChatOptions, ReasoningDelta, TextDelta, ToolCallDelta
 from launcher.server.errors import ApiError, bad_request
 from launcher.server.generation import Finish, FinishReason, Usage
 from launcher.server.metrics import ServerMetrics
 from launcher.server.request_log import current_request
 from launcher.server.toolcalls import ParsedToolCall
-from launcher.server.upstream import RemoteModel, Upstream, unreachable
+from launcher.server.upstream import (
+    AnswerTooLarge,
+    AnswerUnreadable,
+    RemoteModel,
+    Upstream,
+    call_timeout,
+    decoded_pieces,
+    lines,
+    read_capped,
+    read_head,
+    unreachable,
+)
 
 log = logging.getLogger(__name__)
 
-UPSTREAM_TIMEOUT = httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=30.0)
-"""`read` bounds the silence between two pieces of a reply: a remote reading a long prompt sends
-nothing until its first token (this server sends its client keep-alives meanwhile)."""
-
 CLOSE_TIMEOUT_S = 5.0
 """How long closing waits for the upstream connection to close."""
+AFTER_LIMIT_EVENTS = 8
+"""Events still read (not relayed) once the reply reached its max tokens here, for the upstream's own
+finish and usage, before the upstream is closed."""
+BUFFERED_BYTES = 256 * 1024
+"""Reply text read from upstream that its client has not taken yet; past it, the upstream is not read."""
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 _FINISH_REASONS: dict[str, FinishReason] = {
     "stop": "stop",
@@ -162,7 +186,7 @@ def _error_fields(content: bytes) -> tuple[str | None, str | None, str | None]:
         data = json.loads(content)
     except (ValueError, RecursionError):
         text = content.decode("utf-8", "replace").strip()
-        return (text[:500] or None), None, None
+        return (_cut(text) or None), None, None
     if not isinstance(data, dict):
         return None, None, None
     error = data.get("error")
@@ -170,10 +194,17 @@ def _error_fields(content: bytes) -> tuple[str | None, str | None, str | None]:
     message = detail.get("message") or data.get("detail")
     param, code = detail.get("param"), detail.get("code")
     return (
-        str(message) if message else None,
+        _cut(str(message)) if message else None,
         str(param) if isinstance(param, str) else None,
         str(code) if isinstance(code, str) else None,
     )
+
+
+def _cut(text: str) -> str:
+    """A remote's words, cut to what a client's error message can carry."""
+    limit = limits.ERROR_MESSAGE_CHARS
+    text = _CONTROL.sub("?", text)  # escaped in JSON, each would take six characters of the client's message
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text) - limit} more characters)"
 
 
 def upstream_error(upstream: Upstream, status: int, content: bytes, headers: httpx.Headers) -> ApiError:
@@ -198,21 +229,85 @@ def upstream_error(upstream: Upstream, status: int, content: bytes, headers: htt
     return ApiError(502, f"The remote {upstream.name} failed (HTTP {status}): {said}", code="remote_error")
 
 
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def bad_answer(upstream: Upstream, what: str) -> ApiError:
+    """The 502 for an upstream whose answer this server cannot use."""
+    return ApiError(502, f"The remote {upstream.name} sent {what}.", code="remote_bad_answer")
+
+
+def timed_out(upstream: Upstream, seconds: float) -> ApiError:
+    """The 504 for an upstream that did not start answering in time."""
+    return ApiError(
+        504, f"The remote {upstream.name} did not start answering within {seconds:g} s.", code="remote_timeout"
+    )
+
+
 # -- the reply ----------------------------------------------------------------------------------------
 
 
 async def _sse_payloads(response: httpx.Response) -> AsyncIterator[str]:
-    """The `data:` payloads of an SSE stream, one per event (comments and event names skipped)."""
+    """The `data:` payloads of an SSE stream, one per event (comments and event names skipped), each line
+    within READ_TIMEOUT_S of the one before (TimeoutError) and the sizes' bounds (AnswerTooLarge)."""
     data: list[str] = []
-    async for line in response.aiter_lines():
-        if not line:
-            if data:
-                yield "\n".join(data)
-                data = []
-        elif line.startswith("data:"):
-            data.append(line[5:].removeprefix(" "))
-    if data:
-        yield "\n".join(data)
+    size = 0
+    stream = lines(decoded_pieces(response, limits.MAX_REPLY_BYTES), limits.MAX_LINE_BYTES)
+    try:
+        while True:
+            try:
+                async with asyncio.timeout(limits.READ_TIMEOUT_S):
+                    raw = await anext(stream)
+            except StopAsyncIteration:
+                break
+            line = raw.decode("utf-8", "replace")
+            if not line:
+                if data:
+                    yield "\n".join(data)
+                    data, size = [], 0
+            elif line.startswith("data:"):
+                data.append(line[5:].removeprefix(" "))
+                size += len(line)
+                if size > limits.MAX_LINE_BYTES:
+                    raise AnswerTooLarge("an event larger than the line limit")
+        if data:
+            yield "\n".join(data)
+    finally:
+        await stream.aclose()
+
+
+async def _payloads_of(answer: dict[str, Any]) -> AsyncIterator[str]:
+    """A whole chat completion as the one streamed chunk that says the same, then the stream's end."""
+    choice = answer["choices"][0]
+    message = choice["message"]
+    delta = {key: message.get(key) for key in ("content", "reasoning_content", "reasoning") if message.get(key)}
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        delta["tool_calls"] = [dict(call, index=i) for i, call in enumerate(calls) if isinstance(call, dict)]
+    streamed: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": choice.get("finish_reason") or "stop"}
+    if choice.get("logprobs"):
+        streamed["logprobs"] = choice["logprobs"]
+    chunk = {"choices": [streamed], "usage": answer.get("usage")}
+    yield json.dumps(chunk)
+    yield "[DONE]"
+
+
+def _completion(upstream: Upstream, content: bytes) -> dict[str, Any]:
+    """A non-streamed answer, checked to be a chat completion (a 502 saying what it is otherwise)."""
+    try:
+        answer = json.loads(content)
+    except (ValueError, RecursionError):
+        shown = content[:80].decode("utf-8", "replace")
+        raise bad_answer(upstream, f"an answer that is not JSON ({shown!r})") from None
+    if isinstance(answer, dict) and ("error" in answer or answer.get("object") == "error"):
+        said = _error_fields(content)[0] or "no message"
+        raise ApiError(502, f"The remote {upstream.name} failed: {said}", code="remote_error")
+    choices = answer.get("choices") if isinstance(answer, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    if not isinstance(first, dict) or not isinstance(first.get("message"), dict):
+        raise bad_answer(upstream, "JSON that is not a chat completion (no choices[0].message)")
+    return dict(answer)
 
 
 class _ToolCalls:
@@ -277,7 +372,19 @@ def _usage(data: Any) -> Usage | None:
         return None
     details = data.get("prompt_tokens_details") or {}
     cached = details.get("cached_tokens") if isinstance(details, dict) else 0
-    return Usage(int(data.get("prompt_tokens") or 0), int(data.get("completion_tokens") or 0), int(cached or 0))
+    try:
+        return Usage(int(data.get("prompt_tokens") or 0), int(data.get("completion_tokens") or 0), int(cached or 0))
+    except (TypeError, ValueError, OverflowError):
+        return None  # counts that are not numbers: this server's own count stands
+
+
+def _size_of(event: ChatEvent | Finish) -> int:
+    """About what an event holds in memory while it waits for its client."""
+    if isinstance(event, TextDelta | ReasoningDelta):
+        return len(event.text) + 64
+    if isinstance(event, ToolCallDelta):
+        return len(event.call.arguments) + len(event.call.name) + 64
+    return 64
 
 
 class RemoteChat:
@@ -300,10 +407,14 @@ class RemoteChat:
         started: float,
         capped: bool,
         stops: list[str],
+        limit: int | None = None,
+        payloads: AsyncIterator[str] | None = None,
     ) -> None:
         self.name = name  # this server's name for the model
         self.remote = remote
         self._response = response
+        self._payloads = payloads if payloads is not None else _sse_payloads(response)
+        self._limit = limit  # the reply's max tokens, counted here too: the upstream may not keep to it
         self._metrics = metrics
         self._started = started
         self._capped = capped
@@ -313,8 +424,12 @@ class RemoteChat:
         self._interrupted: str | None = None
         self.finished = False
         self._record = current_request()
-        # What the client has not read yet waits here: text, which a slow reader makes no bigger than the reply.
+        # What the client has not read yet waits here, up to BUFFERED_BYTES: past that the reader waits
+        # (`_room`), the upstream's bytes stay in the socket and TCP slows the upstream down.
         self._queue: asyncio.Queue[ChatEvent] = asyncio.Queue()
+        self._buffered = 0
+        self._room = asyncio.Event()
+        self._room.set()
         self._reader = asyncio.ensure_future(self._read())
 
     @property
@@ -326,6 +441,9 @@ class RemoteChat:
         """The reply's events, then its `Finish` (an error one when the upstream failed mid-reply)."""
         while True:
             event = await self._queue.get()
+            self._buffered -= _size_of(event)
+            if self._buffered <= BUFFERED_BYTES:
+                self._room.set()
             yield event
             if isinstance(event, Finish):
                 return
@@ -334,12 +452,24 @@ class RemoteChat:
         """Relay the upstream's reply into the queue, and close the connection when it ends or is cancelled."""
         try:
             async for event in self._relay():
+                await self._room.wait()
                 self._queue.put_nowait(event)
+                self._buffered += _size_of(event)
+                if self._buffered > BUFFERED_BYTES:
+                    self._room.clear()
         except asyncio.CancelledError:
             if self._interrupted is not None:  # the server is stopping: the client still gets a proper end
                 usage = Usage(self._prompt_tokens, self._generated)
                 self._queue.put_nowait(self._finish(None, usage, None, None, tool_calls=0))
+        except Exception as err:  # a reply of a shape this server did not expect: an error end, not a hang
+            log.debug("reading the remote's reply failed", exc_info=err)
+            usage = Usage(self._prompt_tokens, self._generated)
+            error = f"the remote {self.remote.upstream.name} sent a reply this server cannot read ({err})"
+            self._queue.put_nowait(self._finish(None, usage, None, error, tool_calls=0))
         finally:
+            close = getattr(self._payloads, "aclose", None)
+            if close is not None:
+                await close()
             await self._response.aclose()
 
     async def _relay(self) -> AsyncIterator[ChatEvent]:
@@ -349,13 +479,19 @@ class RemoteChat:
         stop_sequence: str | None = None
         error: str | None = None
         ended = False  # [DONE] came
+        cut = False  # this server's count of tokens reached the limit
+        after_cut = 0
         first_at: float | None = None
         upstream = self.remote.upstream
         try:
-            async for payload in _sse_payloads(self._response):
+            async for payload in self._payloads:
                 if payload.strip() == "[DONE]":
                     ended = True
                     break
+                if cut:
+                    after_cut += 1
+                    if after_cut > AFTER_LIMIT_EVENTS:
+                        break
                 try:
                     chunk = json.loads(payload)
                 except (ValueError, RecursionError):
@@ -370,22 +506,32 @@ class RemoteChat:
                 for choice in chunk.get("choices") or []:
                     if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                         continue  # one choice per request: n > 1 is not asked for
-                    pieces = self._pieces(choice, calls)
+                    pieces = [] if cut else self._pieces(choice, calls)
                     if pieces and first_at is None:
                         first_at = time.monotonic()
                         self._first_token(first_at)
-                    self._generated += len(pieces)  # about one token per piece: the count when no usage comes
                     for piece in pieces:
+                        self._generated += 1  # about one token per piece: the count when no usage comes
                         yield piece
+                        if self._limit is not None and self._generated >= self._limit:
+                            cut, reason = True, "length"  # unless the upstream says it ended there
+                            break
                     if choice.get("finish_reason"):
                         reason = str(choice["finish_reason"])
                         matched = choice.get("stop_reason")  # vLLM: the stop string that ended it
                         stop_sequence = matched if isinstance(matched, str) and matched in self._stops else None
         except (httpx.HTTPError, httpx.StreamError) as err:
             error = f"{unreachable(upstream, err)} (it stopped answering mid-reply)"
+        except TimeoutError:
+            error = f"the remote {upstream.name} sent nothing for {limits.READ_TIMEOUT_S:g} s mid-reply"
+        except (AnswerTooLarge, AnswerUnreadable) as err:
+            error = f"the remote {upstream.name} sent {err}"
+        if cut and error is not None:  # what went wrong after the limit does not matter to the reply
+            log.debug("after the reply's limit: %s", error)
+            error = None
         if error is None and reason is None and not ended:
             error = f"the remote {upstream.name} closed the stream before the end of the reply"
-        if error is None:
+        if error is None and not cut:  # a call cut short by the limit is not a call
             for call in calls.finish():
                 yield call
         final = usage or Usage(0, self._generated)
@@ -467,22 +613,64 @@ async def start_remote_chat(
     """Send the request upstream and wait for its answer to start; errors are raised before any output."""
     upstream = remote.upstream
     body, capped = request_body(remote.model, options, output_cap)
+    headers = upstream.headers() | {"Accept-Encoding": limits.ACCEPT_ENCODING}
     request = client.build_request(
-        "POST", upstream.base_url + "/chat/completions", json=body, headers=upstream.headers(), timeout=UPSTREAM_TIMEOUT
+        "POST", upstream.base_url + "/chat/completions", json=body, headers=headers, timeout=call_timeout()
     )
     started = time.monotonic()
     try:
-        response = await client.send(request, stream=True)
+        async with asyncio.timeout(limits.HEADERS_TIMEOUT_S):
+            response = await client.send(request, stream=True)
+    except TimeoutError as err:
+        raise timed_out(upstream, limits.HEADERS_TIMEOUT_S) from err
     except httpx.HTTPError as err:
         raise ApiError(
-            502, f"The {unreachable(upstream, err)}. `launcher remote list` checks it.", code="remote_unreachable"
+            502,
+            f"{_sentence(unreachable(upstream, err))}. `launcher remote list` checks it.",
+            code="remote_unreachable",
         ) from err
+    stops = options.settings.stops
+    limit = body.get("max_tokens")
     if response.status_code != 200:
         try:
-            content = await response.aread()
-        except httpx.HTTPError:
+            async with asyncio.timeout(limits.SMALL_CALL_DEADLINE_S):
+                content = await read_head(response, limits.MAX_ERROR_BYTES)
+        except TimeoutError:
             content = b""
         finally:
             await response.aclose()
         raise upstream_error(upstream, response.status_code, content, response.headers)
-    return RemoteChat(name, remote, response, metrics, started=started, capped=capped, stops=options.settings.stops)
+    if "text/event-stream" not in response.headers.get("content-type", "text/event-stream"):
+        answer = await _whole_answer(upstream, response)  # a server that does not stream: the reply at once
+        payloads = _payloads_of(answer)
+        return RemoteChat(
+            name, remote, response, metrics, started=started, capped=capped, stops=stops, limit=limit, payloads=payloads
+        )
+    return RemoteChat(name, remote, response, metrics, started=started, capped=capped, stops=stops, limit=limit)
+
+
+async def _whole_answer(upstream: Upstream, response: httpx.Response) -> dict[str, Any]:
+    """A non-streamed answer, read whole within the bounds of a reply (a 502 or 504 when it is not)."""
+    try:
+        async with asyncio.timeout(limits.READ_TIMEOUT_S):
+            content = await read_capped(response, limits.MAX_REPLY_BYTES)
+    except TimeoutError as err:
+        await response.aclose()
+        raise ApiError(
+            504,
+            f"The remote {upstream.name} did not finish its answer within {limits.READ_TIMEOUT_S:g} s.",
+            code="remote_timeout",
+        ) from err
+    except (AnswerTooLarge, AnswerUnreadable) as err:
+        await response.aclose()
+        raise bad_answer(upstream, str(err)) from err
+    except httpx.HTTPError as err:
+        await response.aclose()
+        raise ApiError(
+            502, f"{_sentence(unreachable(upstream, err))} (mid-answer).", code="remote_unreachable"
+        ) from err
+    try:
+        return _completion(upstream, content)
+    except ApiError:
+        await response.aclose()
+        raise

@@ -1,8 +1,11 @@
 """The live numbers of remote models, read from their servers' Prometheus /metrics.
 
 The app's gauges read this server's `launcher_*` series (server/metrics.py); for a remote model
-those come from the remote itself, scraped when this server's /metrics is scraped (a short
-timeout, and a few seconds' cache so the app's polling does not multiply into the remote's).
+those come from the remote itself, read in the background when this server's /metrics is scraped
+(which serves the last good figures and never waits: a few seconds' cache so the app's polling does
+not multiply into the remote's). A reading is bounded: the whole answer within SCRAPE_TIMEOUT_S
+and MAX_SCRAPE_BYTES, parsed on a thread (a big text must not stall the event loop), only the
+series below kept, at most MAX_SERIES of them, for at most MAX_MODELS models of each remote.
 Three kinds of servers are read, by their own metric names (vLLM's in
 vllm/v1/metrics/loggers.py, SGLang's in sglang/srt/metrics/collector.py):
 
@@ -26,17 +29,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
+import anyio
 import httpx
 
 from launcher.server.metrics import RemoteModelStats
-from launcher.server.upstream import Upstream
+from launcher.server.upstream import AnswerTooLarge, AnswerUnreadable, Upstream, get_small
 
 log = logging.getLogger(__name__)
 
 SCRAPE_TIMEOUT_S = 1.0
-"""A remote that does not answer /metrics this fast has no gauges this time (the app polls every second)."""
+"""A remote whose /metrics is not all there this fast has no new gauges this time (the app polls every second)."""
+MAX_SCRAPE_BYTES = 8 * 1024 * 1024
+"""A remote's /metrics, inflated (vLLM's is ~100 kB); a bigger one is not read."""
+MAX_SERIES = 5000
+"""The series of the names below read from one remote's /metrics; the rest are left out."""
+MAX_MODELS = 64
+"""The models of one remote whose gauges this server relays (a label's every value would make a series)."""
 CACHE_S = 2.0
 """A remote's /metrics is read at most this often, however often this server's is."""
 RETRY_AFTER_FAILURE_S = 30.0
@@ -72,19 +84,35 @@ _HIGHEST = {  # a fill: data-parallel engines' ratios do not add up
 _MODEL_LABELS = ("model_name", "model", "name")
 
 
+def _wanted_lines(text: str) -> str:
+    """The sample lines of the series above, at most MAX_SERIES of them (the rest of a big text unparsed)."""
+    kept = []
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in _SUMMED or name in _HIGHEST:
+            kept.append(line)
+            if len(kept) >= MAX_SERIES:
+                break
+    return "\n".join(kept) + "\n"
+
+
 def read_samples(text: str, models: list[str]) -> dict[str, dict[str, float]]:
-    """The figures above for each model id (the remote's own ids) in one scrape of a remote's /metrics."""
+    """The figures above for each model id (the remote's own ids) in one scrape of a remote's /metrics:
+    of the models the remote listed when it listed any, and of at most MAX_MODELS."""
     from prometheus_client.parser import text_string_to_metric_families
 
     only = models[0] if len(models) == 1 else None
+    listed = set(models)
     figures: dict[str, dict[str, float]] = {}
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(_wanted_lines(text)):
         for sample in family.samples:
             figure = _SUMMED.get(sample.name) or _HIGHEST.get(sample.name)
             if figure is None:
                 continue
             model = next((sample.labels[label] for label in _MODEL_LABELS if sample.labels.get(label)), only)
-            if model is None:
+            if model is None or (listed and model not in listed):
+                continue
+            if model not in figures and len(figures) >= MAX_MODELS:
                 continue
             values = figures.setdefault(model, {})
             value = float(sample.value)
@@ -125,10 +153,27 @@ class RemoteGauges:
     async def refresh(self, client: httpx.AsyncClient, upstreams: dict[Upstream, list[str]]) -> None:
         """Read the /metrics of every upstream not read in the last CACHE_S (`upstreams`: each with its
         model ids), at once, each within SCRAPE_TIMEOUT_S."""
+        reading = self.start_refresh(client, upstreams)
+        if reading is not None:
+            await reading
+
+    def start_refresh(
+        self, client: httpx.AsyncClient, upstreams: dict[Upstream, list[str]]
+    ) -> Coroutine[Any, Any, None] | None:
+        """The reading `refresh` does, to run in the background; None when no upstream is due. The
+        upstreams it covers are marked as being read, so a scrape meanwhile starts no second one."""
         now = time.monotonic()
         due = {u: models for u, models in upstreams.items() if now - self._scrape(u).at >= self._scrape(u).wait_s}
-        if due:
+        if not due:
+            return None
+        for upstream in due:
+            scrape = self._scrape(upstream)
+            scrape.at, scrape.wait_s = now, SCRAPE_TIMEOUT_S + CACHE_S  # until this reading ends
+
+        async def reading() -> None:
             await asyncio.gather(*(self._read(client, u, models) for u, models in due.items()))
+
+        return reading()
 
     def _scrape(self, upstream: Upstream) -> _Scrape:
         return self._scrapes.setdefault(upstream.name, _Scrape())
@@ -137,14 +182,17 @@ class RemoteGauges:
         scrape = self._scrape(upstream)
         scrape.at = time.monotonic()
         try:
-            reply = await client.get(
-                upstream.root_url + "/metrics", headers=upstream.headers(), timeout=SCRAPE_TIMEOUT_S
+            status, content = await get_small(
+                client, upstream.root_url + "/metrics", upstream.headers(), MAX_SCRAPE_BYTES, SCRAPE_TIMEOUT_S
             )
-            reply.raise_for_status()
-            figures = read_samples(reply.text, models)
-        except (httpx.HTTPError, ValueError) as err:
-            log.debug("no metrics from %s: %s", upstream.name, err)
+            if status != 200:
+                raise ValueError(f"HTTP {status}")
+            text = content.decode("utf-8", "replace")
+            figures = await anyio.to_thread.run_sync(read_samples, text, models)
+        except (httpx.HTTPError, ValueError, TimeoutError, AnswerTooLarge, AnswerUnreadable) as err:
+            log.debug("no metrics from %s: %s", upstream.name, err or type(err).__name__)
             scrape.stats, scrape.wait_s = [], RETRY_AFTER_FAILURE_S
+            scrape.at = time.monotonic()
             return
         scrape.wait_s = CACHE_S
         now = time.monotonic()

@@ -1,37 +1,45 @@
 """The upstream servers one server passes requests to: the registered remotes (`launcher remote add`)
 and a vLLM or SGLang child it started, with the models they list under this server's names.
 
-Each remote's models are listed when the server starts (a remote that is down then is warned
-about, not fatal) and again when a request names one of its models this server has not seen
+The server does not wait for its remotes: their model lists are asked for in the background
+(`keep_listing`, at the start and every LIST_EVERY_S; a remote that is down is warned about once,
+not fatal), and again when a request names a model of theirs this server has not seen
 (`NAME/new-model`, at most every REFRESH_EVERY_S), so models a remote loads later work without a
-restart. A remote model needs no load and takes none of this server's memory: it is a `ModelEntry`
-with `remote` set, and its chat requests go through `remote_chat`.
+restart. A model a preset, an alias or MODEL names under a remote that has not listed it yet is
+served all the same (its requests go up and the remote says), and /v1/models shows it as not
+ready (`available`). A name under a remote's prefix that the remote does not list is a 404 naming
+what it lists (`unknown_model`), never the default model's answer. A remote model needs no load
+and takes none of this server's memory: it is a `ModelEntry` with `remote` set, and its chat
+requests go through `remote_chat`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import time
 import weakref
+from collections.abc import Callable, Coroutine
+from typing import Any
 
-import anyio
 import httpx
 
 from launcher.core.config import ServeConfig
 from launcher.core.errors import ServerError
 from launcher.server.chat import ChatOptions
+from launcher.server.errors import ApiError
 from launcher.server.metrics import ServerMetrics
 from launcher.server.model_slot import ModelEntry
 from launcher.server.remote_chat import RemoteChat, start_remote_chat
 from launcher.server.remote_metrics import RemoteGauges
-from launcher.server.upstream import RemoteModel, Upstream, list_models
+from launcher.server.upstream import RemoteModel, Upstream, fetch_models
 
 log = logging.getLogger(__name__)
 
 REFRESH_EVERY_S = 5.0
 """A remote's model list is asked again for an unknown name at most this often."""
+LIST_EVERY_S = 60.0
+"""The remotes' model lists are asked again this often, in the background."""
 
 
 def registered_upstreams() -> tuple[list[Upstream], list[str]]:
@@ -51,30 +59,6 @@ def registered_upstreams() -> tuple[list[Upstream], list[str]]:
     return upstreams, warnings
 
 
-def list_all(upstreams: list[Upstream]) -> tuple[list[RemoteModel], list[str]]:
-    """Every upstream's models, asked at once; a remote that does not answer is a warning and lists none."""
-    models: list[RemoteModel] = []
-    warnings: list[str] = []
-    if not upstreams:
-        return models, warnings
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(upstreams))) as pool:
-        for upstream, listed in zip(upstreams, pool.map(_try_list, upstreams), strict=True):
-            if isinstance(listed, str):
-                warnings.append(f"{listed}; its models are asked for again when a request names one")
-            else:
-                models += listed
-                if not listed:
-                    warnings.append(f"the remote {upstream.name} lists no models")
-    return models, warnings
-
-
-def _try_list(upstream: Upstream) -> list[RemoteModel] | str:
-    try:
-        return list_models(upstream)
-    except ServerError as err:
-        return str(err)
-
-
 def remote_entry(
     config: ServeConfig, model: RemoteModel, name: str | None = None, *, origin: str = "remote"
 ) -> ModelEntry:
@@ -90,11 +74,33 @@ class Remotes:
 
     def __init__(self, upstreams: list[Upstream] | None = None, models: list[RemoteModel] | None = None) -> None:
         self.upstreams = {upstream.name: upstream for upstream in upstreams or []}
-        self.models = {model.upstream.local_name(model.model): model for model in models or []}
+        self.models: dict[str, RemoteModel] = {}
         self.runs: weakref.WeakSet[RemoteChat] = weakref.WeakSet()
         self.gauges = RemoteGauges()
         self._client: httpx.AsyncClient | None = None
         self._listed_at: dict[str, float] = {}
+        self._listed: dict[str, set[str]] = {}  # upstream name -> the model ids its last answer listed
+        self._failures: dict[str, str] = {}  # upstream name -> why its last listing failed
+        self._starting: set[asyncio.Task[RemoteChat]] = set()  # chat requests waiting for their answer to start
+        self._stopping = False
+        self._background: set[asyncio.Task[None]] = set()
+        self._learn(models or [])  # given: a vLLM or SGLang child's model, known without asking
+
+    def _learn(self, models: list[RemoteModel]) -> list[RemoteModel]:
+        """Note `models` as listed by their upstreams; returns the ones not known before."""
+        new = []
+        for model in models:
+            self._listed.setdefault(model.upstream.name, set()).add(model.model)
+            self._failures.pop(model.upstream.name, None)
+            name = model.upstream.local_name(model.model)
+            if name not in self.models:
+                self.models[name] = model
+                new.append(model)
+        return new
+
+    def available(self, model: RemoteModel) -> bool:
+        """True once `model`'s upstream has listed it (until then its requests go up all the same)."""
+        return model.model in self._listed.get(model.upstream.name, ())
 
     def entries(self, config: ServeConfig) -> list[ModelEntry]:
         """An entry for every model the upstreams listed."""
@@ -114,22 +120,77 @@ class Remotes:
             (u for u in self.upstreams.values() if u.prefix and name.startswith(u.prefix) and name != u.prefix), None
         )
 
+    def unknown_model(self, requested: str) -> ApiError | None:
+        """The 404 for a name under a remote's prefix that it does not list (None for any other name): what
+        it lists, or that it has not answered yet."""
+        upstream = self._upstream_for(requested)
+        if upstream is None:
+            return None
+        listed = self._listed.get(upstream.name)
+        if listed:
+            what = "its models: " + ", ".join(sorted(upstream.local_name(model) for model in listed)[:50])
+        elif listed is not None:
+            what = "it lists no models"
+        else:
+            failure = self._failures.get(upstream.name)
+            what = f"it has not listed its models yet ({failure or 'not answered yet'})"
+        return ApiError(
+            404,
+            f"The model {requested!r} is not served by the remote {upstream.name}: {what}.",
+            param="model",
+            code="model_not_found",
+        )
+
     async def refresh(self, requested: str, config: ServeConfig) -> list[ModelEntry]:
         """The models a remote lists now that this server did not know, when `requested` is `NAME/...` of a
         registered remote (asked at most every REFRESH_EVERY_S); [] at once for any other name."""
         upstream = self._upstream_for(requested)
         if upstream is None or time.monotonic() - self._listed_at.get(upstream.name, 0.0) < REFRESH_EVERY_S:
             return []
+        new = await self._list(upstream)
+        return [remote_entry(config, model) for model in new or []]
+
+    async def _list(self, upstream: Upstream) -> list[RemoteModel] | None:
+        """Ask `upstream` for its models (bounded: upstream.LIST_TIMEOUT_S); the new ones, or None when it failed."""
         self._listed_at[upstream.name] = time.monotonic()
         try:
-            listed = await anyio.to_thread.run_sync(list_models, upstream)
+            listed = await fetch_models(self.client, upstream)
         except ServerError as err:
-            log.warning("%s", err)
-            return []
-        new = [model for model in listed if upstream.local_name(model.model) not in self.models]
-        for model in new:
-            self.models[upstream.local_name(model.model)] = model
-        return [remote_entry(config, model) for model in new]
+            self._failures[upstream.name] = str(err)
+            return None
+        self._listed[upstream.name] = set()  # what it lists now (a model it dropped stays served: it says)
+        return self._learn(listed)
+
+    async def keep_listing(
+        self, config: ServeConfig, add: Callable[[ModelEntry], None], warn: Callable[[str], None]
+    ) -> None:
+        """Ask every registered remote for its models now and every LIST_EVERY_S, all at once, handing the
+        new ones to `add`; `warn` hears once about a remote that does not answer or lists nothing."""
+        warned: set[str] = set()
+
+        async def one(upstream: Upstream) -> None:
+            new = await self._list(upstream)
+            for model in new or []:
+                add(remote_entry(config, model))
+            problem = self._failures.get(upstream.name) if new is None else None
+            if problem is None and not self._listed.get(upstream.name):
+                problem = f"the remote {upstream.name} lists no models"
+            if problem is not None and upstream.name not in warned:
+                warned.add(upstream.name)
+                warn(f"{problem}; its models are asked for again in the background")
+            elif problem is None:
+                warned.discard(upstream.name)
+
+        registered = [u for u in self.upstreams.values() if u.prefix]  # a child's model is known already
+        while registered:
+            await asyncio.gather(*(one(upstream) for upstream in registered))
+            await asyncio.sleep(LIST_EVERY_S)
+
+    def in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` as a background task of the remotes', until `aclose` (the listing, a metrics reading)."""
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -141,31 +202,56 @@ class Remotes:
         return self._client
 
     async def start_chat(self, entry: ModelEntry, options: ChatOptions, metrics: ServerMetrics) -> RemoteChat:
-        """Start `entry`'s reply upstream (errors are raised before any output)."""
+        """Start `entry`'s reply upstream (errors are raised before any output; a 503 when the server stops
+        while the remote has not started answering)."""
         assert entry.remote is not None
-        run = await start_remote_chat(
-            self.client, entry.name, entry.remote, options, metrics, entry.config.max_output_tokens
+        if self._stopping:
+            raise _shutting_down()
+        starting = asyncio.ensure_future(
+            start_remote_chat(self.client, entry.name, entry.remote, options, metrics, entry.config.max_output_tokens)
         )
+        self._starting.add(starting)
+        try:
+            run = await starting
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self._stopping and current is not None and not current.cancelling():
+                raise _shutting_down() from None  # `interrupt` cancelled the wait, not the client going away
+            raise
+        finally:
+            self._starting.discard(starting)
         self.runs.add(run)
         return run
 
     async def refresh_metrics(self) -> None:
-        """Read the upstreams' /metrics for this server's (see remote_metrics)."""
+        """Start reading the upstreams' /metrics in the background, for this server's next scrapes (see
+        remote_metrics); returns at once: this server's /metrics never waits on a remote."""
         by_upstream: dict[Upstream, list[str]] = {upstream: [] for upstream in self.upstreams.values()}
         for model in self.models.values():
             by_upstream.setdefault(model.upstream, []).append(model.model)
-        if by_upstream:
-            await self.gauges.refresh(self.client, by_upstream)
+        if by_upstream and not self._stopping:
+            reading = self.gauges.start_refresh(self.client, by_upstream)
+            if reading is not None:
+                self.in_background(reading)
 
     def interrupt(self, reason: str) -> list[RemoteChat]:
-        """End every reply under way with a "cancelled" finish (the server is stopping); returns them."""
+        """End every reply under way with a "cancelled" finish, and answer the requests still waiting for a
+        remote to start answering with a 503 (the server is stopping); returns the replies."""
+        self._stopping = True
+        for starting in list(self._starting):
+            starting.cancel()
         running = [run for run in list(self.runs) if not run.finished]
         for run in running:
             run.interrupt(reason)
         return running
 
     async def aclose(self) -> None:
-        """Close the connections (server shutdown)."""
+        """Stop the background work and close the connections (server shutdown)."""
+        self._stopping = True
+        for task in list(self._background):
+            task.cancel()
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=5)
         if self._client is not None:
             client, self._client = self._client, None
             with_timeout = asyncio.wait_for(client.aclose(), timeout=5)
@@ -173,3 +259,7 @@ class Remotes:
                 await with_timeout
             except TimeoutError:
                 log.debug("closing the upstream connections timed out")
+
+
+def _shutting_down() -> ApiError:
+    return ApiError(503, "The server is shutting down.", headers={"Retry-After": "2"})

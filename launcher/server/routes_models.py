@@ -41,13 +41,15 @@ def loaded_card(slot: ModelSlot) -> ModelCard:
     )
 
 
-def remote_card(entry: ModelEntry) -> ModelCard:
-    """A remote model's /v1/models entry: always ready (nothing loads here), owned by its remote."""
+def remote_card(entry: ModelEntry, available: bool = True) -> ModelCard:
+    """A remote model's /v1/models entry, owned by its remote: ready once the remote has listed it
+    (nothing loads here); `loaded: false` until then (a preset or alias naming it before its remote answered)."""
     assert entry.remote is not None
     upstream = entry.remote.upstream
     return ModelCard(
         id=entry.name,
         owned_by=upstream.name,
+        loaded=available,
         context_length=entry.remote.context_length,
         max_model_len=entry.remote.context_length,
         max_output_tokens=entry.config.max_output_tokens,
@@ -58,7 +60,7 @@ def remote_card(entry: ModelEntry) -> ModelCard:
 
 def _entry_card(state: ServerState, entry: ModelEntry) -> ModelCard:
     if entry.remote is not None:
-        return remote_card(entry)
+        return remote_card(entry, state.remotes.available(entry.remote))
     slot = state.pool.slots.get(entry.name)
     if slot is not None:
         return loaded_card(slot)

@@ -24,7 +24,7 @@ from launcher.server.model_names import library_entry, server_names
 from launcher.server.model_pool import ModelPool, PreparedLoad
 from launcher.server.model_slot import ModelEntry
 from launcher.server.planning import ServeSetup, plan, resolve
-from launcher.server.remotes import Remotes, list_all, registered_upstreams
+from launcher.server.remotes import Remotes, registered_upstreams
 from launcher.server.upstream import RemoteModel, Upstream
 
 if TYPE_CHECKING:
@@ -165,12 +165,13 @@ def _pool_for(
 
 
 def _remotes(config: ServeConfig, child: ChildServer | None) -> tuple[Remotes, str | None]:
-    """The registered remotes and their models (listed now; warnings go to stderr), the vLLM or SGLang
-    child's model, and which of them the MODEL argument names (None: a local model, or none)."""
+    """The registered remotes (their models are listed in the background once the server runs: a
+    remote never holds the start; warnings go to stderr), the vLLM or SGLang child's model, and
+    which of them the MODEL argument names (None: a local model, or none)."""
     upstreams, warnings = registered_upstreams()
-    models, listing_warnings = list_all(upstreams)
-    for warning in [*warnings, *listing_warnings]:
-        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    for warning in warnings:
+        _warn(warning)
+    models: list[RemoteModel] = []
     served: str | None = None
     if child is not None:
         upstream = Upstream(child.engine, child.base_url, child.api_key, engine=child.engine)
@@ -181,6 +182,10 @@ def _remotes(config: ServeConfig, child: ChildServer | None) -> tuple[Remotes, s
     if served is None and config.model and remotes.named(config.model) is not None:
         served = config.model  # `launcher serve gpu/qwen3`: a remote model answers every other name
     return remotes, served
+
+
+def _warn(warning: str) -> None:
+    print(f"warning: {warning}", file=sys.stderr, flush=True)
 
 
 def _start_child(config: ServeConfig) -> ChildServer | None:
@@ -300,6 +305,7 @@ def _serve(config: ServeConfig, child: ChildServer | None) -> int:
 
     async def main() -> int:
         serving = asyncio.create_task(server.serve(sockets=[sock]))
+        remotes.in_background(remotes.keep_listing(asked, pool.names.add, _warn))  # never waited for
         while not server.started and not serving.done():
             await asyncio.sleep(0.02)
         while not state.started.is_set() and not serving.done():
