@@ -145,7 +145,7 @@ def serving_app(state: ServerState) -> Starlette:
             cors_origins=config.cors_origins,
         )
     )
-    middleware.append(Middleware(ErrorBoundary))
+    middleware.append(Middleware(ErrorBoundary, stopping=lambda: state.draining))
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
     app.state.server = state
     app.state.started_at = time.time()

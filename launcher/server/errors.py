@@ -9,7 +9,9 @@ traceback on the wire.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
@@ -73,6 +75,13 @@ class ClientDisconnected(Exception):
     """The client went away before a non-streaming reply was ready."""
 
 
+def shutting_down() -> ApiError:
+    """The 503 for a request the stopping server will not answer; retried, it reaches the next start."""
+    return ApiError(
+        503, "The server is shutting down. Retry shortly.", code="server_shutting_down", headers={"Retry-After": "2"}
+    )
+
+
 def bad_request(message: str, *, param: str | None = None, code: str | None = None) -> ApiError:
     """A 400 with a message saying what to change."""
     return ApiError(400, message, param=param, code=code)
@@ -83,15 +92,23 @@ def is_anthropic_path(path: str) -> bool:
     return path.startswith("/v1/messages") or path.startswith("/messages")
 
 
+def openai_type(status: int) -> str:
+    """The OpenAI `error.type` of an HTTP status."""
+    return _OPENAI_TYPES.get(status, "server_error")
+
+
+def anthropic_type(status: int) -> str:
+    """The Anthropic `error.type` of an HTTP status (a 503 is `overloaded_error`, which clients retry)."""
+    return _ANTHROPIC_TYPES.get(status, "api_error")
+
+
 def error_body(
     path: str, status: int, message: str, *, param: str | None = None, code: str | None = None
 ) -> dict[str, Any]:
     """The JSON error body the client of `path` expects."""
     if is_anthropic_path(path):
-        kind = _ANTHROPIC_TYPES.get(status, "api_error")
-        return {"type": "error", "error": {"type": kind, "message": message}}
-    kind = _OPENAI_TYPES.get(status, "server_error")
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+        return {"type": "error", "error": {"type": anthropic_type(status), "message": message}}
+    return {"error": {"message": message, "type": openai_type(status), "param": param, "code": code}}
 
 
 def error_response(path: str, err: ApiError) -> JSONResponse:
@@ -144,10 +161,15 @@ class ErrorBoundary:
     Starlette's own handler for `Exception` re-raises after answering, so uvicorn logged every
     failure a second time; this boundary sits inside it and ends the exception here. An error
     after the response has started (mid-stream) is logged and the connection closed.
+
+    A stopping server cancels the requests still running after its grace period; uvicorn would
+    answer those with a bare text/plain 500. While `stopping()` says so, such a request gets a 503
+    in its API's shape with Retry-After instead: the same request will work once the server is back.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, stopping: Callable[[], bool] = lambda: False) -> None:
         self.app = app
+        self.stopping = stopping
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass through; answer a 500 for what escapes."""
@@ -164,6 +186,11 @@ class ErrorBoundary:
 
         try:
             await self.app(scope, receive, noting_send)
+        except asyncio.CancelledError:
+            if started or not self.stopping():
+                raise
+            response = error_response(scope.get("path", ""), shutting_down())
+            await response(scope, receive, send)  # answered: the task ends, as the cancel asked
         except Exception as exc:
             path = scope.get("path", "")
             log.error("unexpected error on %s", path, exc_info=exc)

@@ -101,6 +101,33 @@ def failure(error: str | None, *, request_error: bool) -> ApiError:
     return ApiError(500, f"Generation failed: {error or 'engine error'}")
 
 
+# What a client should wait before retrying a reply cut by a stopping server: about as long as a
+# restart takes to listen again (the model load is waited for by the request itself).
+CUT_RETRY_AFTER_S = 2
+
+
+def cut_short(finish: Finish) -> ApiError | None:
+    """The error of a reply that did not end on its own (None: it did: stop, length, tool calls).
+
+    A "cancelled" reply was cut from outside (the server stopping, the model unloaded under it, an
+    upstream dropping it): a 503 with Retry-After, since the same request will work again. An
+    "error" is the engine's failure (a 500), or its refusal of the request as asked (a 400).
+    Routes send this instead of a finish: a half answer marked "stop" is one an agent acts on as
+    if it were whole, while an error is one every client and SDK retries or reports.
+    """
+    if finish.reason == "cancelled":
+        why = finish.error or "the model's server dropped the request"
+        return ApiError(
+            503,
+            f"The reply was cut short: {why}. Retry the request.",
+            code="reply_cut_short",
+            headers={"Retry-After": str(CUT_RETRY_AFTER_S)},
+        )
+    if finish.reason == "error":
+        return failure(finish.error, request_error=finish.request_error)
+    return None
+
+
 def _held_back(text: str, stops: list[str]) -> int:
     """How many trailing characters of `text` could begin a stop string."""
     best = 0
@@ -230,9 +257,15 @@ class Generation:
         """True once the generation has ended (its Finish was produced or it was closed)."""
         return self._closed
 
+    @property
+    def interrupted(self) -> bool:
+        """True once `interrupt` was called."""
+        return self._interrupted is not None
+
     async def interrupt(self, reason: str) -> None:
         """End this generation with a "cancelled" finish that the route still writes to its client
-        (server shutdown): at once for the engines' streams, else at the next event."""
+        (server shutdown), as an error in its API's terms (`cut_short`): at once for the engines'
+        streams, else at the next event."""
         self._interrupted = reason  # checked at each event, for streams without `interrupt`
         interrupt = getattr(self._stream, "interrupt", None)
         if interrupt is not None and not self._closed:

@@ -14,7 +14,7 @@ from starlette.requests import Request
 
 from launcher.engines.base import TokenLogprob
 from launcher.server.chat import ChatEvent, ChatStream, ReasoningDelta, TextDelta, ToolCallDelta
-from launcher.server.generation import Chunk, Finish, failure
+from launcher.server.generation import Chunk, Finish, cut_short
 from launcher.server.routes_common import collect_until_disconnect
 from launcher.server.toolcalls import ParsedToolCall
 
@@ -116,17 +116,24 @@ async def collect(
     request: Request, events: AsyncIterator[ChatEvent | Chunk], close: Callable[[], Awaitable[None]]
 ) -> ChatResult:
     """The whole reply; `close` ends the generation however collecting ends (a client that hangs
-    up mid-way raises ClientDisconnected: its generation must not run on)."""
+    up mid-way raises ClientDisconnected: its generation must not run on).
+
+    A reply that did not end on its own raises its error (`cut_short`: a 503 with Retry-After for a
+    stopping server, a 500 for a failed engine) and its text so far is dropped: a 200 would say
+    the half answer is the whole one, while an error is what every SDK retries (the openai and
+    anthropic clients retry a 503 after its Retry-After) or reports to the agent's user.
+    """
     try:
         items = await collect_until_disconnect(request, events)
     finally:
         await close()
-    return gather(items)
+    result = gather(items)
+    cut = cut_short(result.finish)
+    if cut is not None:
+        raise cut
+    return result
 
 
 async def chat_result(request: Request, run: ChatStream) -> ChatResult:
-    """The whole reply of a chat run; a failed generation is an HTTP error, not a reply."""
-    result = await collect(request, run.events(), run.aclose)
-    if result.finish.reason == "error":
-        raise failure(result.finish.error, request_error=result.finish.request_error)
-    return result
+    """The whole reply of a chat run; a cut or failed generation is an HTTP error, not a reply."""
+    return await collect(request, run.events(), run.aclose)

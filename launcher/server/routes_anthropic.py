@@ -23,7 +23,7 @@ from launcher.server.chat import (
     prepare_prompt,
 )
 from launcher.server.errors import bad_request
-from launcher.server.generation import Finish, GenerationSettings
+from launcher.server.generation import Finish, GenerationSettings, cut_short
 from launcher.server.result import chat_result, starts_block
 from launcher.server.routes_common import parse_body, start_chat_request, state_of, stops_from
 from launcher.server.schemas_anthropic import (
@@ -33,7 +33,6 @@ from launcher.server.schemas_anthropic import (
     ContentBlockStartEvent,
     ContentBlockStopEvent,
     CountTokensRequest,
-    ErrorDetail,
     ErrorEvent,
     InputJsonBlockDelta,
     MessageDeltaEvent,
@@ -307,11 +306,16 @@ async def _stream(run: ChatStream, message_id: str, model_id: str, keepalive_s: 
             yield _event(ContentBlockDeltaEvent(index=index, delta=InputJsonBlockDelta(partial_json=arguments)))
             yield _event(ContentBlockStopEvent(index=index))
         else:
+            cut = cut_short(event)
+            if cut is not None:
+                # The error event ends the stream, as Anthropic's own do: no content_block_stop (the
+                # block is not whole), no message_delta with a stop_reason (none is true), no
+                # message_stop. The SDK raises it; Claude Code retries an overloaded_error (a
+                # stopping server, a 503) and reports an api_error (a failed engine).
+                yield _event(ErrorEvent.of(cut))
+                return
             for chunk in stop_block():
                 yield chunk
-            if event.reason == "error":
-                yield _event(ErrorEvent(error=ErrorDetail(message=f"Generation failed: {event.error}")))
-                return
             stop = StopInfo(stop_reason=_stop_reason(event), stop_sequence=event.stop_sequence)
             # cumulative: now that the prompt has been read, how much of it came from the cache
             yield _event(MessageDeltaEvent(delta=stop, usage=AnthropicUsage.of(event.usage)))

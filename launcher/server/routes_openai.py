@@ -20,7 +20,7 @@ from launcher.server.chat import (
     normalize_history,
 )
 from launcher.server.errors import bad_request
-from launcher.server.generation import Chunk, GenerationSettings, start_generation, tokenize_prompt
+from launcher.server.generation import Chunk, GenerationSettings, cut_short, start_generation, tokenize_prompt
 from launcher.server.model_slot import ModelSlot
 from launcher.server.result import chat_result, collect
 from launcher.server.routes_common import new_id, parse_body, start_chat_request, state_of, stops_from
@@ -45,7 +45,6 @@ from launcher.server.schemas_openai import (
     OpenAIFinish,
     ResponseFormat,
     StreamError,
-    StreamErrorDetail,
     ToolCallInfo,
     UsageInfo,
     openai_finish,
@@ -166,9 +165,14 @@ async def _chat_stream(
             yield chunks.delta(ChatDelta(tool_calls=[named]))
             yield chunks.delta(ChatDelta(tool_calls=[arguments]))
         else:
-            if event.reason == "error":
-                yield data_event(StreamError(error=StreamErrorDetail(message=f"Generation failed: {event.error}")))
-            yield chunks.delta(ChatDelta(), openai_finish(event.reason))
+            cut = cut_short(event)
+            if cut is not None:
+                # No finish chunk: every finish_reason says the reply is whole (or "length": ask to
+                # go on), so a reply cut by a stopping server or a failed engine ends with the error
+                # event the openai SDK raises, and a parser that skips it still sees no finish.
+                yield data_event(StreamError.of(cut))
+            else:
+                yield chunks.delta(ChatDelta(), openai_finish(event.reason))
             if chunks.include_usage:
                 yield chunks.event([], UsageInfo.of(event.usage))
     yield DONE
@@ -223,7 +227,12 @@ async def _complete(request: Request, slot: ModelSlot, body: CompletionRequest) 
                     if item.text:
                         yield data_event(payload([CompletionChoice(text=item.text)]))
                 else:
-                    yield data_event(payload([CompletionChoice(text="", finish_reason=openai_finish(item.reason))]))
+                    cut = cut_short(item)
+                    if cut is not None:  # an error and no finish, as a chat stream (_chat_stream)
+                        yield data_event(StreamError.of(cut))
+                    else:
+                        choice = CompletionChoice(text="", finish_reason=openai_finish(item.reason))
+                        yield data_event(payload([choice]))
                     if include_usage:
                         yield data_event(payload([], UsageInfo.of(item.usage)))
             yield DONE

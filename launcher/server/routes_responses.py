@@ -22,8 +22,8 @@ from launcher.server.chat import (
     normalize_history,
     text_of,
 )
-from launcher.server.errors import bad_request
-from launcher.server.generation import Finish, GenerationSettings
+from launcher.server.errors import ApiError, bad_request
+from launcher.server.generation import Finish, GenerationSettings, cut_short
 from launcher.server.result import chat_result, starts_block
 from launcher.server.routes_common import new_id, start_chat_request, state_of
 from launcher.server.schemas_responses import (
@@ -178,6 +178,11 @@ class _ResponseBuilder:
     def lifecycle(self, event_type: str) -> bytes:
         return self.event(LifecycleEvent(type=event_type, response=self.response))
 
+    def fail(self, done: Finish, err: ApiError) -> None:
+        self.response.status = "failed"
+        self.response.error = ResponseError.of(err)
+        self.response.usage = ResponseUsage.of(done.usage)
+
     def finish(self, done: Finish) -> None:
         if done.reason == "length":
             self.response.status = "incomplete"
@@ -285,13 +290,18 @@ async def _stream(run: ChatStream, builder: _ResponseBuilder, keepalive_s: float
                 OutputItemEvent(type="response.output_item.done", output_index=index, item=output[index])
             )
         else:
-            for chunk in close_text():
-                yield chunk
-            if event.reason == "error":
-                response.status = "failed"
-                response.error = ResponseError(message=f"Generation failed: {event.error}")
+            cut = cut_short(event)
+            if cut is not None:
+                # response.failed, never response.completed; response.incomplete would name a cause
+                # (max_output_tokens, content_filter) that is not the one. The text so far stays an
+                # item marked incomplete, without the done events that would make it a whole message.
+                if text_item is not None:
+                    output[output.index(text_item)] = MessageItem.of(text_item.id, text, "incomplete")
+                builder.fail(event, cut)
                 yield builder.lifecycle("response.failed")
                 return
+            for chunk in close_text():
+                yield chunk
             builder.finish(event)
             yield builder.lifecycle("response.completed" if response.status == "completed" else "response.incomplete")
 

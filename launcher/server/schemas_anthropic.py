@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from launcher.server.errors import ApiError, anthropic_type
 from launcher.server.generation import Usage
 from launcher.server.schemas_common import OMIT_IF_NONE, GenerationFields, Lenient, WireModel
 
@@ -246,10 +247,16 @@ class ErrorDetail(WireModel):
 
 
 class ErrorEvent(WireModel):
-    """error: generation failed after the stream started."""
+    """error: the reply was cut or failed after the stream started (the anthropic SDK raises it)."""
 
     type: Literal["error"] = "error"
     error: ErrorDetail
+
+    @classmethod
+    def of(cls, err: ApiError) -> ErrorEvent:
+        """The event for the error the same request would have got before any output
+        (a 503 is `overloaded_error`, which Claude Code and the SDK retry)."""
+        return cls(error=ErrorDetail(type=anthropic_type(err.status), message=err.message))
 
 
 StreamEvent = (

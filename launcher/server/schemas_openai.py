@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from launcher.engines.base import TokenLogprob
+from launcher.server.errors import ApiError, openai_type
 from launcher.server.generation import Usage
 from launcher.server.schemas_common import OMIT_IF_NONE, GenerationFields, Lenient, WireModel
 
@@ -142,7 +143,13 @@ OpenAIFinish = Literal["stop", "length", "tool_calls"]
 
 
 def openai_finish(reason: str) -> OpenAIFinish:
-    """OpenAI's finish reason: a cancelled or failed reply ends as "stop"."""
+    """OpenAI's finish reason of a reply that ended on its own.
+
+    A cut or failed reply has none: it ends with an error (`generation.cut_short`), never with a
+    finish an agent would take for a whole answer; asking for one here is a bug.
+    """
+    if reason in ("cancelled", "error"):
+        raise ValueError(f"a {reason} reply has no finish_reason; it ends with an error")
     if reason == "length":
         return "length"
     return "tool_calls" if reason == "tool_calls" else "stop"
@@ -318,13 +325,19 @@ class StreamErrorDetail(WireModel):
     message: str
     type: str = "server_error"
     param: None = None
-    code: None = None
+    code: str | None = None
 
 
 class StreamError(WireModel):
-    """The event a chat stream sends when generation fails after the headers went out."""
+    """The event a stream sends when its reply is cut or fails after the headers went out
+    (the openai SDK raises it as an APIError)."""
 
     error: StreamErrorDetail
+
+    @classmethod
+    def of(cls, err: ApiError) -> StreamError:
+        """The event for the error the same request would have got before any output."""
+        return cls(error=StreamErrorDetail(message=err.message, type=openai_type(err.status), code=err.code))
 
 
 class ModelCard(WireModel):

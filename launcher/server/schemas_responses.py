@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from launcher.server.errors import ApiError
 from launcher.server.generation import Usage
 from launcher.server.schemas_common import GenerationFields, Lenient, WireModel
 
@@ -52,7 +53,7 @@ class ResponsesRequest(GenerationFields):
 
 # Responses.
 
-ItemStatus = Literal["in_progress", "completed"]
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
 
 
 class InputTokensDetails(WireModel):
@@ -131,6 +132,12 @@ class ResponseError(WireModel):
 
     code: str = "server_error"
     message: str
+
+    @classmethod
+    def of(cls, err: ApiError) -> ResponseError:
+        """The error the same request would have got before any output. Codex retries a failed
+        response unless its code says retrying cannot help, and only a refused request is that."""
+        return cls(code="invalid_prompt" if err.status < 500 else "server_error", message=err.message)
 
 
 class IncompleteDetails(WireModel):

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from launcher.core.config import ServeConfig
 from launcher.core.errors import LauncherError
-from launcher.server.errors import ApiError
+from launcher.server.errors import ApiError, shutting_down
+from launcher.server.generation import Generation
 from launcher.server.metrics import ServerMetrics
 from launcher.server.model_pool import ModelPool
 from launcher.server.model_slot import ModelEntry, ModelSlot
@@ -72,7 +73,7 @@ class ServerState:
         """A 503 once the server is stopping, or while the startup model is still loading and
         failed (a server of that one model, which cannot serve it, says why on every request)."""
         if self.draining:
-            raise ApiError(503, "The server is shutting down.", headers={"Retry-After": "2"})
+            raise shutting_down()
         if self.startup_error is not None and self.pool.names.serves_one_model:
             raise ApiError(503, f"The model failed to load: {self.startup_error}")
 
@@ -110,17 +111,28 @@ class ServerState:
         return self.pool.loaded_slot(requested) is None
 
     async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
-        """Stop: refuse new generations and end the running ones with a proper finish, so each
-        client gets its `finish_reason` and `[DONE]` (or `message_stop`) instead of a cut stream."""
+        """Stop: refuse new generations and end the running ones, so each client hears that its
+        reply was cut (an error in its API's terms, `generation.cut_short`) instead of a stream
+        that stops mid-word or a half answer marked complete. A request waiting for a slot ends
+        the same way. Generations that start while this waits (their request passed `check_open`
+        just before) are ended too."""
         self.draining = True
-        running = [g for slot in self.pool.slots.values() for g in list(slot.live)]
-        relayed = self.remotes.interrupt("the server is shutting down")  # at their next piece
-        if running or relayed:
-            log.info("stopping: ending %d running generation(s)", len(running) + len(relayed))
-        for generation in running:
-            await generation.interrupt("the server is shutting down")
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while (any(not g.finished for g in running) or any(not r.finished for r in relayed)) and (
-            asyncio.get_running_loop().time() < deadline
-        ):
+        reason = "the server is shutting down"
+        relayed = self.remotes.interrupt(reason)  # at their next piece
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        running: list[Generation] = []
+        told = len(relayed)  # generations to tell the log about
+        while True:
+            fresh = [g for slot in self.pool.slots.values() for g in list(slot.live) if not g.interrupted]
+            told += len(fresh)
+            if told:
+                log.info("stopping: ending %d running generation(s)", told)
+                told = 0
+            for generation in fresh:
+                await generation.interrupt(reason)
+            running.extend(fresh)
+            busy = any(not g.finished for g in running) or any(not r.finished for r in relayed)
+            if not busy or loop.time() >= deadline:
+                return
             await asyncio.sleep(0.02)
