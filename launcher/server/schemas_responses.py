@@ -109,8 +109,8 @@ class MessageItem(WireModel):
 
     @classmethod
     def of(cls, item_id: str, text: str, status: ItemStatus) -> MessageItem:
-        """The item with `text`, or empty while it is in progress."""
-        return cls(id=item_id, status=status, content=[OutputText(text=text)] if status == "completed" else [])
+        """The item with `text` (completed, or cut: incomplete), or empty while it is in progress."""
+        return cls(id=item_id, status=status, content=[OutputText(text=text)] if status != "in_progress" else [])
 
 
 class FunctionCallItem(WireModel):
