@@ -77,9 +77,7 @@ class ClientDisconnected(Exception):
 
 def shutting_down() -> ApiError:
     """The 503 for a request the stopping server will not answer; retried, it reaches the next start."""
-    return ApiError(
-        503, "The server is shutting down. Retry shortly.", code="server_shutting_down", headers={"Retry-After": "2"}
-    )
+    return ApiError(503, "The server is shutting down.", code="server_shutting_down", headers={"Retry-After": "2"})
 
 
 def bad_request(message: str, *, param: str | None = None, code: str | None = None) -> ApiError:
