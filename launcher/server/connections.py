@@ -6,9 +6,11 @@ process runs out and even /health stops answering. Here:
 - a connection must complete a request's headers within `HEADER_TIMEOUT_S` of opening (or of
   its previous response, plus the keep-alive idle time), or it is closed;
 - at most `max_connections` are open. Past the cap, the oldest connection that is not serving a
-  request (never sent one, or idle between requests) is closed to make room, else the oldest one
-  still sending its request body (slow uploaders hold no work yet), so idle or trickling clients
-  cannot lock out a real one; only when every connection is being served does a newcomer get a 503.
+  request (never sent one, or idle between requests) is closed to make room, else the one sending
+  its request body the slowest (uploaders hold no work yet; a client trickling a body would
+  otherwise hold its place for the whole body deadline, while a steady upload is let finish),
+  so idle or trickling clients cannot lock out a real one; only when every connection is being
+  served does a newcomer get a 503.
 Request bodies have their own deadline where they are read (`body.py`).
 
 A connection closed while the client is still sending (a refused upload: 413, 408, 415, or the 503
@@ -25,8 +27,10 @@ This subclasses uvicorn's h11 protocol (always installed with uvicorn) and uses 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import socket
 import sys
 import time
 from typing import Any, cast
@@ -111,9 +115,11 @@ class GuardedH11Protocol(H11Protocol):
         self._seen_cycle: object = None
         self._refused = False
         self._request_since = 0.0  # when the request in progress began
+        self._request_bytes = 0  # what arrived for it so far (its upload rate picks whom to evict)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Register, make room under the cap (or refuse), and start the header deadline."""
+        _no_delay(transport)
         self._linger = _LingeringTransport(transport, self)
         super().connection_made(cast(asyncio.Transport, self._linger))
         self._idle(self.header_timeout_s)
@@ -133,7 +139,13 @@ class GuardedH11Protocol(H11Protocol):
         if self.cycle is not None and self.cycle is not self._seen_cycle:
             self._seen_cycle = self.cycle
             self._request_since = time.monotonic()
+            self._request_bytes = 0
             self._busy()
+        self._request_bytes += len(data)
+
+    def _upload_rate(self, now: float) -> float:
+        """Bytes per second the request in progress has arrived at (its first second counted as one)."""
+        return self._request_bytes / max(1.0, now - self._request_since)
 
     def on_response_complete(self) -> None:
         """Idle again: the next request's headers are due within the keep-alive time plus the deadline."""
@@ -163,7 +175,7 @@ class GuardedH11Protocol(H11Protocol):
             self.transport.close()
 
     def _evict_idle(self) -> bool:
-        """Make room: close the longest-idle other connection, else the oldest one whose request body
+        """Make room: close the longest-idle other connection, else the slowest one whose request body
         is still arriving (no work has started for it); False if every other one is being served."""
         others = [c for c in self.connections if c is not self and isinstance(c, GuardedH11Protocol)]
         open_ = [c for c in others if not c._refused and not c._linger.lingering]
@@ -174,10 +186,21 @@ class GuardedH11Protocol(H11Protocol):
             uploading = [c for c in open_ if c.conn.their_state is h11.SEND_BODY]
             if not uploading:
                 return False
-            victim = min(uploading, key=lambda c: c._request_since)
+            now = time.monotonic()
+            victim = min(uploading, key=lambda c: (c._upload_rate(now), c._request_since))
         victim._busy()
         victim._linger.close_now()
         return True
+
+
+def _no_delay(transport: asyncio.BaseTransport) -> None:
+    """Send small writes at once (TCP_NODELAY). With Nagle's algorithm on, a response's last small
+    write waits for the ACK of the one before, which a client delays by up to 40 ms: on a kept-alive
+    connection every request would pay that. asyncio's own loop sets it already; other loops may not."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def guarded_protocol(max_connections: int, header_timeout_s: float = HEADER_TIMEOUT_S) -> type[GuardedH11Protocol]:
