@@ -137,6 +137,13 @@ class ServeConfig(BaseModel):
         ge=1,
         description="unload a model idle this many seconds (default: keep it; a request's `ttl` sets its model's)",
     )
+    swap_wait: int = Field(
+        120,
+        ge=1,
+        description="seconds a request for a model that must replace a busy one (--max-models, the memory "
+        "budget) waits for the busy one's requests to end, before a 503 with Retry-After; meanwhile the "
+        "busy one takes no new requests",
+    )
     memory_budget: str | None = Field(
         None,
         description="memory all loaded models may take together, e.g. 12GiB (default: what was free at the start)",

@@ -11,7 +11,10 @@ unloaded when idle or when a newer request needs the room.
   cannot fit even alone is a 400 with the numbers, never an out-of-memory crash.
 - **Never under a request.** A model is busy from the moment a request picks it until its
   generation ends (`ModelSlot.busy`); busy models are never unloaded. A load that needs their
-  memory waits for them (up to `LOAD_WAIT_S`), then answers 503.
+  memory waits for them (up to `--swap-wait`, 120 s by default), then answers 503 with Retry-After.
+- **Fair swaps.** While a load waits for room, the loaded models take no new requests: those
+  wait until the swap is done (or given up). Otherwise a model kept busy by a stream of requests
+  would never drain, and a request for another model would wait out the bound and fail.
 - **Idle unload.** A model idle for its TTL (`--ttl`, a preset's `ttl`, or a request's `ttl`
   field as LM Studio takes it) is unloaded, and its memory goes back to the system.
 
@@ -43,8 +46,8 @@ from launcher.server.templates import load_template
 
 log = logging.getLogger(__name__)
 
-LOAD_WAIT_S = 120.0
-"""How long a load waits for busy models to finish so their memory can be freed, before a 503."""
+SWAP_RETRY_AFTER_S = 10
+"""The Retry-After of a load that waited `--swap-wait` in vain."""
 REAP_INTERVAL_S = 1.0
 """How often idle models are checked against their TTL."""
 RESCAN_EVERY_S = 10.0
@@ -95,6 +98,8 @@ class ModelPool:
         self._rescanned_at = 0.0
         self._loading: dict[str, asyncio.Task[ModelSlot]] = {}
         self._memory_lock = asyncio.Lock()
+        self._swapping_in: str | None = None  # the model whose load waits for busy models to make room
+        self._swap_done = asyncio.Event()  # set when that wait ends, replaced when the next begins
 
     # -- which model --------------------------------------------------------------------------
 
@@ -144,6 +149,9 @@ class ModelPool:
         if entry.remote is not None:
             raise remote_only_chat(entry)
         while True:
+            if self._swapping_in is not None and self._swapping_in != entry.name and entry.name in self.slots:
+                await self._swap_done.wait()  # no new request for a model the swap waits to drain
+                continue
             slot = self.slots.get(entry.name)
             if slot is None:
                 slot = await self._load_once(entry)
@@ -209,7 +217,25 @@ class ModelPool:
 
     async def _plan_beside_loaded(self, entry: ModelEntry) -> PreparedLoad:
         """The plan for `entry`, after unloading idle models until it fits beside the rest."""
-        deadline = time.monotonic() + LOAD_WAIT_S
+        try:
+            return await self._plan_when_room(entry)
+        finally:
+            self._end_swap_wait()
+
+    def _begin_swap_wait(self, name: str) -> None:
+        """From now on the loaded models take no new requests (`acquire` waits), so they drain."""
+        if self._swapping_in is None:
+            self._swapping_in = name
+            self._swap_done = asyncio.Event()
+
+    def _end_swap_wait(self) -> None:
+        if self._swapping_in is not None:
+            self._swapping_in = None
+            self._swap_done.set()
+
+    async def _plan_when_room(self, entry: ModelEntry) -> PreparedLoad:
+        wait_s = entry.config.swap_wait
+        deadline = time.monotonic() + wait_s
         while True:
             try:
                 prepared = await anyio.to_thread.run_sync(self._prepare, entry)
@@ -229,12 +255,16 @@ class ModelPool:
                 await self._unload(victim, f"to make room for {entry.name} ({room or 'memory'})")
                 continue
             if time.monotonic() > deadline:
+                log.warning("gave up loading %s after %d s waiting for %s to finish", entry.name, wait_s, room)
                 raise ApiError(
                     503,
-                    f"{entry.name} needs memory the loaded models hold, and they are all busy "
-                    f"({', '.join(self.slots)}). Retry when their requests are done.",
-                    headers={"Retry-After": "10"},
+                    f"{entry.name} must replace a loaded model ({room}), and for {wait_s} s their requests kept "
+                    f"them all busy ({', '.join(self.slots)}). Retry in a moment; --swap-wait sets how long a "
+                    "request waits for a swap.",
+                    headers={"Retry-After": str(SWAP_RETRY_AFTER_S)},
+                    code="model_swap_timeout",
                 )
+            self._begin_swap_wait(entry.name)
             await asyncio.sleep(0.1)
 
     def _room_for(self, prepared: PreparedLoad | None) -> str | None:
