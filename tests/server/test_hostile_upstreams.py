@@ -378,7 +378,7 @@ def test_remote_list_says_in_one_line_which_remote_does_not_answer(hostile: Host
 
 
 def test_a_request_waiting_on_a_remote_gets_a_503_when_the_server_stops(hostile: Hostile, tmp_path: Path) -> None:
-    server, _ = _serve(hostile.home)
+    server, _ = _serve(hostile.home, "--alias", "hang-alias=hang/m")  # hang never lists its models
     try:
         with ThreadPoolExecutor(1) as pool:
             waiting = pool.submit(_chat, server, "hang/m", stream=False)
