@@ -364,6 +364,11 @@ async def start_generation(
         ignore_eos=settings.ignore_eos,
         request_id=settings.request_id,
     )
+    prepare = getattr(model, "prepare_constraint", None)  # engines whose schema compile is worth a thread
+    if prepare is not None and request.constraint is not None:
+        # Off the event loop: even within its bounds, a big schema's grammar takes milliseconds that
+        # every other stream and /health would wait for.
+        await anyio.to_thread.run_sync(prepare, request.constraint)
     started = time.monotonic()
     try:
         stream = model.generate(request)

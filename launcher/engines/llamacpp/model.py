@@ -8,6 +8,7 @@ llama.cpp allows from any thread (its own server tokenizes on its HTTP threads).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import dataclasses
 import logging
@@ -20,7 +21,14 @@ import numpy as np
 
 from launcher.core.errors import EngineError
 from launcher.engines._jobs import check_prompt
-from launcher.engines.base import REPLY_MARKERS, EngineStats, GenerationEvent, GenerationRequest, ModelInfo
+from launcher.engines.base import (
+    REPLY_MARKERS,
+    Constraint,
+    EngineStats,
+    GenerationEvent,
+    GenerationRequest,
+    ModelInfo,
+)
 from launcher.engines.llamacpp._embedding import Embedder
 from launcher.engines.llamacpp._sampling import ConstraintError, check_grammar, compile_constraint
 from launcher.engines.llamacpp._scheduler import Job, Scheduler
@@ -139,6 +147,13 @@ class LlamaCppModel:
         return piece
 
     # ----- generation ------------------------------------------------------------------------
+
+    def prepare_constraint(self, constraint: Constraint) -> None:
+        """Compile `constraint` ahead, on the caller's worker thread: `generate`, which runs on the event
+        loop, then finds its grammar in the cache. A constraint that cannot compile is left for
+        `generate` to refuse, as a request's error."""
+        with contextlib.suppress(ConstraintError):
+            compile_constraint(constraint)
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
         """Queue `request` and stream its events; raises QueueFullError when the wait queue is full.

@@ -183,3 +183,29 @@ async def test_the_engine_refuses_a_huge_schema_as_a_client_error(
     outcome = await run(tiny_model, greedy(text_prompt, 4, constraint=huge))
     assert outcome.last.finish_reason == "error" and outcome.last.request_error
     assert "minLength" in (outcome.last.error or "")
+
+
+async def test_the_server_compiles_a_schema_on_a_worker_thread(
+    tiny_model: LlamaCppModel, text_prompt: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The event loop serves every other stream and /health: the schema's grammar is built off it."""
+    import threading
+
+    import launcher.engines.llamacpp.model as engine_model
+    from launcher.server.generation import GenerationSettings, start_generation
+    from launcher.server.metrics import ServerMetrics
+
+    compiled_on: list[int] = []
+
+    def recording(constraint: Constraint) -> str:
+        compiled_on.append(threading.get_ident())
+        return compile_constraint(constraint)
+
+    monkeypatch.setattr(engine_model, "compile_constraint", recording)
+    schema = {"type": "object", "properties": {"only_in_this_test": {"type": "integer"}}, "required": []}
+    settings = GenerationSettings(max_tokens=4, constraint=Constraint(kind="json_schema", schema=schema))
+    metrics = ServerMetrics().for_model("tiny", tiny_model.stats)
+    generation = await start_generation(tiny_model, metrics, text_prompt, settings)
+    async for _ in generation:
+        pass
+    assert compiled_on and compiled_on[0] != threading.get_ident()
