@@ -92,6 +92,7 @@ class Finish:
     stop_sequence: str | None = None
     error: str | None = None
     request_error: bool = False  # the engine refused the request as asked (a 400, not a 500)
+    upstream_error: bool = False  # another server answering for this one failed (a 502, not a 500)
 
 
 def failure(error: str | None, *, request_error: bool) -> ApiError:
@@ -111,7 +112,8 @@ def cut_short(finish: Finish) -> ApiError | None:
 
     A "cancelled" reply was cut from outside (the server stopping, the model unloaded under it, an
     upstream dropping it): a 503 with Retry-After, since the same request will work again. An
-    "error" is the engine's failure (a 500), or its refusal of the request as asked (a 400).
+    "error" is the engine's failure (a 500), its refusal of the request as asked (a 400), or the
+    failure of a remote answering for this server (a 502, as when it fails before any output).
     Routes send this instead of a finish: a half answer marked "stop" is one an agent acts on as
     if it were whole, while an error is one every client and SDK retries or reports.
     """
@@ -123,6 +125,8 @@ def cut_short(finish: Finish) -> ApiError | None:
             code="reply_cut_short",
             headers={"Retry-After": str(CUT_RETRY_AFTER_S)},
         )
+    if finish.reason == "error" and finish.upstream_error:
+        return ApiError(502, f"The reply was cut short: {finish.error or 'the remote failed'}.", code="remote_error")
     if finish.reason == "error":
         return failure(finish.error, request_error=finish.request_error)
     return None

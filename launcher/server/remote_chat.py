@@ -576,7 +576,7 @@ class RemoteChat:
             return Finish("cancelled", usage, error=self._interrupted)
         if error is not None:
             log.warning("%s: %s", self.name, error)
-            return Finish("error", usage, error=error)
+            return Finish("error", usage, error=error, upstream_error=True)
         finish: FinishReason = _FINISH_REASONS.get(reason or "stop", "stop")
         if finish == "length" and self._capped:
             finish = "stop"  # this server's --max-output-tokens ended it (see generation.start_generation)

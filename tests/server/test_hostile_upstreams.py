@@ -258,6 +258,9 @@ def test_a_gzip_bomb_chat_answer_ends_in_an_error_not_in_gigabytes(hostile: Host
     assert time.monotonic() - started < 30
     for events in replies:
         assert "longer than" in _error_message(events)
+    # not streamed, the same bomb failing mid-reply is the remote's failure: a 502, like one before any output
+    plain = _chat(hostile.local, "bomb/m", stream=False)
+    assert plain.status_code == 502 and "longer than" in plain.json()["error"]["message"], plain.text[:300]
 
 
 def test_a_gzip_bomb_or_a_50_mb_error_body_is_a_short_502(hostile: Hostile) -> None:
