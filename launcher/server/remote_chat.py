@@ -29,30 +29,36 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 
-from launcher.engines.base import Constraint, SamplingParams, TokenLogprob
 from launcher.server import upstream as limits
 from launcher.server.chat import ChatEvent, ChatOptions, ReasoningDelta, TextDelta, ToolCallDelta
-from launcher.server.errors import ApiError, bad_request
+from launcher.server.errors import ApiError
 from launcher.server.generation import Finish, FinishReason, Usage
 from launcher.server.metrics import ServerMetrics
+from launcher.server.remote_answers import (
+    ToolCalls,
+    choice_logprobs,
+    error_fields,
+    payloads_of,
+    sentence,
+    sse_payloads,
+    timed_out,
+    upstream_error,
+    usage_of,
+    whole_answer,
+)
+from launcher.server.remote_request import request_body
 from launcher.server.request_log import current_request
-from launcher.server.toolcalls import ParsedToolCall
 from launcher.server.upstream import (
     AnswerTooLarge,
     AnswerUnreadable,
     RemoteModel,
-    Upstream,
     call_timeout,
-    decoded_pieces,
-    lines,
-    read_capped,
     read_head,
     unreachable,
 )
@@ -67,8 +73,6 @@ finish and usage, before the upstream is closed."""
 BUFFERED_BYTES = 256 * 1024
 """Reply text read from upstream that its client has not taken yet; past it, the upstream is not read."""
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-
 _FINISH_REASONS: dict[str, FinishReason] = {
     "stop": "stop",
     "length": "length",
@@ -78,304 +82,6 @@ _FINISH_REASONS: dict[str, FinishReason] = {
     "abort": "cancelled",  # SGLang's, for a request it dropped
     "error": "error",
 }
-
-
-# -- the request ------------------------------------------------------------------------------------
-
-
-def wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The normalized history (chat.normalize_history: tool-call arguments as objects, for templates) as
-    Chat Completions messages, whose tool-call arguments are JSON strings."""
-    out: list[dict[str, Any]] = []
-    for message in messages:
-        item = {key: value for key, value in message.items() if key != "tool_calls"}
-        calls = message.get("tool_calls")
-        if calls:
-            item["tool_calls"] = [
-                {
-                    "id": call["id"],
-                    "type": "function",
-                    "function": {
-                        "name": call["function"]["name"],
-                        "arguments": _arguments_text(call["function"].get("arguments")),
-                    },
-                }
-                for call in calls
-            ]
-        out.append(item)
-    return out
-
-
-def _arguments_text(arguments: Any) -> str:
-    return arguments if isinstance(arguments, str) else json.dumps(arguments or {}, ensure_ascii=False)
-
-
-def _response_format(constraint: Constraint | None) -> dict[str, Any] | None:
-    if constraint is None:
-        return None
-    if constraint.kind == "json_object":
-        return {"type": "json_object"}
-    if constraint.kind == "json_schema":
-        return {"type": "json_schema", "json_schema": {"name": "reply", "schema": constraint.schema or {}}}
-    raise bad_request(f"A {constraint.kind} constraint cannot be passed on to a remote model.")
-
-
-def _sampling(sampling: SamplingParams) -> dict[str, Any]:
-    """The sampler settings: temperature and top_p always (what a local engine would use), the others only
-    when the client set them, since a hosted API refuses parameters it does not know."""
-    defaults = SamplingParams()
-    body: dict[str, Any] = {"temperature": sampling.temperature, "top_p": sampling.top_p}
-    if sampling.top_k != defaults.top_k:
-        body["top_k"] = sampling.top_k
-    if sampling.min_p != defaults.min_p:
-        body["min_p"] = sampling.min_p
-    if sampling.seed is not None:
-        body["seed"] = sampling.seed
-    if sampling.presence_penalty != defaults.presence_penalty:
-        body["presence_penalty"] = sampling.presence_penalty
-    if sampling.frequency_penalty != defaults.frequency_penalty:
-        body["frequency_penalty"] = sampling.frequency_penalty
-    if sampling.repeat_penalty != defaults.repeat_penalty:
-        body["repetition_penalty"] = sampling.repeat_penalty  # vLLM's and SGLang's name
-        body["repeat_penalty"] = sampling.repeat_penalty  # llama.cpp's and the launcher's
-    if sampling.logit_bias:
-        body["logit_bias"] = {str(token): bias for token, bias in sampling.logit_bias.items()}
-    return body
-
-
-def request_body(model: str, options: ChatOptions, output_cap: int | None) -> tuple[dict[str, Any], bool]:
-    """The upstream request for `options`, and whether this server's --max-output-tokens lowered its limit."""
-    settings = options.settings
-    body: dict[str, Any] = {
-        "model": model,
-        "messages": wire_messages(options.messages),
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        **_sampling(settings.sampling),
-    }
-    if options.tools and options.tool_choice != "none":
-        body["tools"] = options.tools
-        choice = options.tool_choice
-        named = {"type": "function", "function": {"name": choice}}
-        body["tool_choice"] = choice if choice in ("auto", "required") else named
-    limit, capped = settings.max_tokens, False
-    if output_cap is not None and (limit is None or limit > output_cap):
-        limit, capped = output_cap, True
-    if limit is not None:
-        body["max_tokens"] = limit
-    response_format = _response_format(settings.constraint)
-    if response_format is not None:
-        body["response_format"] = response_format
-    if settings.stops:
-        body["stop"] = settings.stops
-    if settings.logprobs is not None:
-        body["logprobs"] = True
-        body["top_logprobs"] = settings.logprobs
-    if settings.ignore_eos:
-        body["ignore_eos"] = True
-    return body, capped
-
-
-# -- errors -------------------------------------------------------------------------------------------
-
-
-def _error_fields(content: bytes) -> tuple[str | None, str | None, str | None]:
-    """(message, param, code) of an error body: OpenAI's {"error": {...}}, vLLM's and SGLang's older
-    {"object": "error", "message": ...}, FastAPI's {"detail": ...}."""
-    try:
-        data = json.loads(content)
-    except (ValueError, RecursionError):
-        text = content.decode("utf-8", "replace").strip()
-        return (_cut(text) or None), None, None
-    if not isinstance(data, dict):
-        return None, None, None
-    error = data.get("error")
-    detail: dict[str, Any] = error if isinstance(error, dict) else data
-    message = detail.get("message") or data.get("detail")
-    param, code = detail.get("param"), detail.get("code")
-    return (
-        _cut(str(message)) if message else None,
-        str(param) if isinstance(param, str) else None,
-        str(code) if isinstance(code, str) else None,
-    )
-
-
-def _cut(text: str) -> str:
-    """A remote's words, cut to what a client's error message can carry."""
-    limit = limits.ERROR_MESSAGE_CHARS
-    text = _CONTROL.sub("?", text)  # escaped in JSON, each would take six characters of the client's message
-    return text if len(text) <= limit else text[:limit] + f"... ({len(text) - limit} more characters)"
-
-
-def upstream_error(upstream: Upstream, status: int, content: bytes, headers: httpx.Headers) -> ApiError:
-    """The error this server answers for an upstream that refused a request before any output."""
-    message, param, code = _error_fields(content)
-    said = message or f"HTTP {status}"
-    if status in (401, 403):
-        return ApiError(
-            502,
-            f"The remote {upstream.name} refused this server's key for it ({status}: {said}). Register it again "
-            f"with its key: launcher remote add {upstream.name} URL --api-key-stdin.",
-            code="remote_key_refused",
-        )
-    if status in (429, 503):
-        return ApiError(
-            status,
-            f"The remote {upstream.name} is busy: {said}",
-            headers={"Retry-After": headers.get("retry-after", "5")},
-        )
-    if 400 <= status < 500:
-        return ApiError(status, said, param=param, code=code)  # the remote's own words about the request
-    return ApiError(502, f"The remote {upstream.name} failed (HTTP {status}): {said}", code="remote_error")
-
-
-def _sentence(text: str) -> str:
-    return text[:1].upper() + text[1:]
-
-
-def bad_answer(upstream: Upstream, what: str) -> ApiError:
-    """The 502 for an upstream whose answer this server cannot use."""
-    return ApiError(502, f"The remote {upstream.name} sent {what}.", code="remote_bad_answer")
-
-
-def timed_out(upstream: Upstream, seconds: float) -> ApiError:
-    """The 504 for an upstream that did not start answering in time."""
-    return ApiError(
-        504, f"The remote {upstream.name} did not start answering within {seconds:g} s.", code="remote_timeout"
-    )
-
-
-# -- the reply ----------------------------------------------------------------------------------------
-
-
-async def _sse_payloads(response: httpx.Response) -> AsyncIterator[str]:
-    """The `data:` payloads of an SSE stream, one per event (comments and event names skipped), each line
-    within READ_TIMEOUT_S of the one before (TimeoutError) and the sizes' bounds (AnswerTooLarge)."""
-    data: list[str] = []
-    size = 0
-    stream = lines(decoded_pieces(response, limits.MAX_REPLY_BYTES), limits.MAX_LINE_BYTES)
-    try:
-        while True:
-            try:
-                async with asyncio.timeout(limits.READ_TIMEOUT_S):
-                    raw = await anext(stream)
-            except StopAsyncIteration:
-                break
-            line = raw.decode("utf-8", "replace")
-            if not line:
-                if data:
-                    yield "\n".join(data)
-                    data, size = [], 0
-            elif line.startswith("data:"):
-                data.append(line[5:].removeprefix(" "))
-                size += len(line)
-                if size > limits.MAX_LINE_BYTES:
-                    raise AnswerTooLarge("an event larger than the line limit")
-        if data:
-            yield "\n".join(data)
-    finally:
-        await stream.aclose()
-
-
-async def _payloads_of(answer: dict[str, Any]) -> AsyncIterator[str]:
-    """A whole chat completion as the one streamed chunk that says the same, then the stream's end."""
-    choice = answer["choices"][0]
-    message = choice["message"]
-    delta = {key: message.get(key) for key in ("content", "reasoning_content", "reasoning") if message.get(key)}
-    calls = message.get("tool_calls")
-    if isinstance(calls, list):
-        delta["tool_calls"] = [dict(call, index=i) for i, call in enumerate(calls) if isinstance(call, dict)]
-    streamed: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": choice.get("finish_reason") or "stop"}
-    if choice.get("logprobs"):
-        streamed["logprobs"] = choice["logprobs"]
-    chunk = {"choices": [streamed], "usage": answer.get("usage")}
-    yield json.dumps(chunk)
-    yield "[DONE]"
-
-
-def _completion(upstream: Upstream, content: bytes) -> dict[str, Any]:
-    """A non-streamed answer, checked to be a chat completion (a 502 saying what it is otherwise)."""
-    try:
-        answer = json.loads(content)
-    except (ValueError, RecursionError):
-        shown = content[:80].decode("utf-8", "replace")
-        raise bad_answer(upstream, f"an answer that is not JSON ({shown!r})") from None
-    if isinstance(answer, dict) and ("error" in answer or answer.get("object") == "error"):
-        said = _error_fields(content)[0] or "no message"
-        raise ApiError(502, f"The remote {upstream.name} failed: {said}", code="remote_error")
-    choices = answer.get("choices") if isinstance(answer, dict) else None
-    first = choices[0] if isinstance(choices, list) and choices else None
-    if not isinstance(first, dict) or not isinstance(first.get("message"), dict):
-        raise bad_answer(upstream, "JSON that is not a chat completion (no choices[0].message)")
-    return dict(answer)
-
-
-class _ToolCalls:
-    """Tool-call deltas gathered by index; a call is complete once a later one starts or the reply ends."""
-
-    def __init__(self) -> None:
-        self._open: dict[int, dict[str, str]] = {}
-        self._next = 0  # the index a call without one gets when it starts
-        self.emitted = 0
-
-    def add(self, delta: dict[str, Any]) -> list[ToolCallDelta]:
-        """One delta; returns the calls it shows to be complete."""
-        index = delta.get("index")
-        if not isinstance(index, int):  # a server that leaves the index out: a new id starts a new call
-            current = max(self._open) if self._open else None
-            fresh = current is None or bool(delta.get("id") and delta.get("id") != self._open[current]["id"])
-            index = self._next if fresh or current is None else current
-        self._next = max(self._next, index + 1)
-        call = self._open.setdefault(index, {"id": "", "name": "", "arguments": ""})
-        function = delta.get("function") or {}
-        call["id"] = call["id"] or str(delta.get("id") or "")
-        call["name"] += str(function.get("name") or "")
-        call["arguments"] += str(function.get("arguments") or "")
-        return self._complete(before=index)
-
-    def _complete(self, before: int | None = None) -> list[ToolCallDelta]:
-        out = []
-        for index in sorted(i for i in self._open if before is None or i < before):
-            call = self._open.pop(index)
-            arguments = call["arguments"] or "{}"
-            parsed = (
-                ParsedToolCall(call["name"], arguments, call["id"])
-                if call["id"]
-                else ParsedToolCall(call["name"], arguments)
-            )
-            out.append(ToolCallDelta(self.emitted, parsed))
-            self.emitted += 1
-        return out
-
-    def finish(self) -> list[ToolCallDelta]:
-        return self._complete()
-
-
-def _logprobs(choice: dict[str, Any]) -> tuple[TokenLogprob, ...]:
-    content = (choice.get("logprobs") or {}).get("content") or []
-    out = []
-    for item in content:
-        if not isinstance(item, dict):
-            continue
-        top = tuple(
-            (str(alt.get("token", "")), float(alt.get("logprob", 0.0)))
-            for alt in item.get("top_logprobs") or []
-            if isinstance(alt, dict)
-        )
-        # -1: the upstream's token ids are not this server's to know; only text and numbers are passed on
-        out.append(TokenLogprob(-1, str(item.get("token", "")), float(item.get("logprob", 0.0)), top))
-    return tuple(out)
-
-
-def _usage(data: Any) -> Usage | None:
-    if not isinstance(data, dict):
-        return None
-    details = data.get("prompt_tokens_details") or {}
-    cached = details.get("cached_tokens") if isinstance(details, dict) else 0
-    try:
-        return Usage(int(data.get("prompt_tokens") or 0), int(data.get("completion_tokens") or 0), int(cached or 0))
-    except (TypeError, ValueError, OverflowError):
-        return None  # counts that are not numbers: this server's own count stands
 
 
 def _size_of(event: ChatEvent | Finish) -> int:
@@ -413,7 +119,7 @@ class RemoteChat:
         self.name = name  # this server's name for the model
         self.remote = remote
         self._response = response
-        self._payloads = payloads if payloads is not None else _sse_payloads(response)
+        self._payloads = payloads if payloads is not None else sse_payloads(response)
         self._limit = limit  # the reply's max tokens, counted here too: the upstream may not keep to it
         self._metrics = metrics
         self._started = started
@@ -473,7 +179,7 @@ class RemoteChat:
             await self._response.aclose()
 
     async def _relay(self) -> AsyncIterator[ChatEvent]:
-        calls = _ToolCalls()
+        calls = ToolCalls()
         reason: str | None = None
         usage: Usage | None = None
         stop_sequence: str | None = None
@@ -500,9 +206,9 @@ class RemoteChat:
                 if not isinstance(chunk, dict):
                     continue
                 if "error" in chunk or chunk.get("object") == "error":
-                    error = _error_fields(payload.encode())[0] or "the remote reported an error"
+                    error = error_fields(payload.encode())[0] or "the remote reported an error"
                     break
-                usage = _usage(chunk.get("usage")) or usage
+                usage = usage_of(chunk.get("usage")) or usage
                 for choice in chunk.get("choices") or []:
                     if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                         continue  # one choice per request: n > 1 is not asked for
@@ -538,7 +244,7 @@ class RemoteChat:
         self._prompt_tokens = final.prompt_tokens
         yield self._finish(reason, final, stop_sequence, error, tool_calls=calls.emitted)
 
-    def _pieces(self, choice: dict[str, Any], calls: _ToolCalls) -> list[ChatEvent]:
+    def _pieces(self, choice: dict[str, Any], calls: ToolCalls) -> list[ChatEvent]:
         """The events in one choice delta: reasoning, text, and the tool calls it completes."""
         delta = choice.get("delta") or {}
         pieces: list[ChatEvent] = []
@@ -546,7 +252,7 @@ class RemoteChat:
         if isinstance(reasoning, str) and reasoning:
             pieces.append(ReasoningDelta(reasoning))
         content = delta.get("content")
-        logprobs = _logprobs(choice)
+        logprobs = choice_logprobs(choice)
         if (isinstance(content, str) and content) or logprobs:
             text = content if isinstance(content, str) else ""
             pieces.append(TextDelta(text, logprobs))
@@ -626,7 +332,7 @@ async def start_remote_chat(
     except httpx.HTTPError as err:
         raise ApiError(
             502,
-            f"{_sentence(unreachable(upstream, err))}. `launcher remote list` checks it.",
+            f"{sentence(unreachable(upstream, err))}. `launcher remote list` checks it.",
             code="remote_unreachable",
         ) from err
     stops = options.settings.stops
@@ -641,36 +347,9 @@ async def start_remote_chat(
             await response.aclose()
         raise upstream_error(upstream, response.status_code, content, response.headers)
     if "text/event-stream" not in response.headers.get("content-type", "text/event-stream"):
-        answer = await _whole_answer(upstream, response)  # a server that does not stream: the reply at once
-        payloads = _payloads_of(answer)
+        answer = await whole_answer(upstream, response)  # a server that does not stream: the reply at once
+        payloads = payloads_of(answer)
         return RemoteChat(
             name, remote, response, metrics, started=started, capped=capped, stops=stops, limit=limit, payloads=payloads
         )
     return RemoteChat(name, remote, response, metrics, started=started, capped=capped, stops=stops, limit=limit)
-
-
-async def _whole_answer(upstream: Upstream, response: httpx.Response) -> dict[str, Any]:
-    """A non-streamed answer, read whole within the bounds of a reply (a 502 or 504 when it is not)."""
-    try:
-        async with asyncio.timeout(limits.READ_TIMEOUT_S):
-            content = await read_capped(response, limits.MAX_REPLY_BYTES)
-    except TimeoutError as err:
-        await response.aclose()
-        raise ApiError(
-            504,
-            f"The remote {upstream.name} did not finish its answer within {limits.READ_TIMEOUT_S:g} s.",
-            code="remote_timeout",
-        ) from err
-    except (AnswerTooLarge, AnswerUnreadable) as err:
-        await response.aclose()
-        raise bad_answer(upstream, str(err)) from err
-    except httpx.HTTPError as err:
-        await response.aclose()
-        raise ApiError(
-            502, f"{_sentence(unreachable(upstream, err))} (mid-answer).", code="remote_unreachable"
-        ) from err
-    try:
-        return _completion(upstream, content)
-    except ApiError:
-        await response.aclose()
-        raise

@@ -14,8 +14,9 @@ import httpx
 from launcher.engines.base import Constraint, SamplingParams
 from launcher.server.chat import ChatOptions, ToolCallDelta
 from launcher.server.generation import GenerationSettings
-from launcher.server.remote_chat import _ToolCalls, request_body, upstream_error
+from launcher.server.remote_answers import ToolCalls, upstream_error
 from launcher.server.remote_metrics import _rate, read_samples
+from launcher.server.remote_request import request_body
 from launcher.server.upstream import Upstream
 
 VLLM_METRICS = """\
@@ -113,7 +114,7 @@ def test_the_upstream_request_is_chat_completions_with_string_arguments() -> Non
 
 
 def test_tool_call_fragments_make_whole_calls_in_order() -> None:
-    calls = _ToolCalls()
+    calls = ToolCalls()
     fragments = [
         {"index": 0, "id": "a", "type": "function", "function": {"name": "read", "arguments": ""}},
         {"index": 0, "function": {"arguments": '{"path": '}},
