@@ -69,9 +69,9 @@ def loaded(server: RunningServer) -> list[str]:
     return [model["id"] for model in listing["models"]]
 
 
-def chat(server: RunningServer, model: str, **extra: object) -> httpx.Response:
+def chat(server: RunningServer, model: str, *, timeout: float = 120, **extra: object) -> httpx.Response:
     body = {"model": model, "messages": HELLO, "max_tokens": 4, **extra}
-    return httpx.post(server.base_url + "/chat/completions", json=body, timeout=120)
+    return httpx.post(server.base_url + "/chat/completions", json=body, timeout=timeout)
 
 
 def needed_bytes(path: Path, context: int | None = None) -> int:
@@ -159,14 +159,16 @@ def test_a_model_answering_a_request_is_not_unloaded_under_it(
         f'[models.starter]\nmodel = "{starter_gguf}"\ncontext = 2048\nparallel = 1\n\n'
         f'[models.big]\nmodel = "{two_models[1]}"\nparallel = 1\n'
     )
-    server = serve_many(tmp_path, "--config", str(config), "--max-models", "1")
+    # --swap-wait well past the stream: on a loaded 2-core machine 200 tokens of the starter can take
+    # longer than the default 120 s, and the bound is not what this test is about
+    server = serve_many(tmp_path, "--config", str(config), "--max-models", "1", "--swap-wait", "900")
     running.append(server)
     long = {"model": "starter", "prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": True, "stream": True}
-    with httpx.Client(timeout=120) as client, concurrent.futures.ThreadPoolExecutor(1) as pool:
+    with httpx.Client(timeout=300) as client, concurrent.futures.ThreadPoolExecutor(1) as pool:
         with client.stream("POST", server.base_url + "/completions", json=long) as streaming:
             lines = streaming.iter_lines()
             assert next(line for line in lines if line.startswith("data: "))  # the starter is generating
-            other = pool.submit(chat, server, "big")
+            other = pool.submit(chat, server, "big", timeout=900)
             time.sleep(1.0)
             assert not other.done()  # big waits for the room the starter holds
             assert loaded(server) == ["starter"]
