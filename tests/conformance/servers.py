@@ -102,12 +102,15 @@ def start_server(spec: ServerSpec, model_path: Path, home: Path, *extra: str) ->
     return launch_serve(argv, home, f"serve-{spec.engine}")
 
 
-def launch_serve(serve_args: list[str], home: Path, log_prefix: str = "serve") -> RunningServer:
-    """`launcher serve SERVE_ARGS` with its own LAUNCHER_HOME, once its ready line is out."""
+def launch_serve(
+    serve_args: list[str], home: Path, log_prefix: str = "serve", *, entry: tuple[str, ...] = ("-m", "launcher")
+) -> RunningServer:
+    """`launcher serve SERVE_ARGS` with its own LAUNCHER_HOME, once its ready line is out. `entry` is how
+    Python starts the CLI (`-c CODE` for a CLI with some limits patched first)."""
     env = {**os.environ, "LAUNCHER_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)}
     stderr_path = home / f"{log_prefix}-{os.getpid()}-{len(list(home.glob(f'{log_prefix}-*')))}.log"
     home.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "launcher", "serve", *serve_args]
+    argv = [sys.executable, *entry, "serve", *serve_args]
     with stderr_path.open("w") as stderr:
         process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, cwd=REPO_ROOT)
     found: dict[str, Any] = {}
@@ -128,3 +131,16 @@ def launch_serve(serve_args: list[str], home: Path, log_prefix: str = "serve") -
         server.stop()
         raise RuntimeError(f"launcher serve did not become ready ({found}): {stderr_path.read_text()[-3000:]}")
     return server
+
+
+def start_port_printer(module: str, *args: str) -> tuple[subprocess.Popen[str], str]:
+    """A test server module run in a process of its own (so a test can kill it mid-reply), once it has
+    printed `PORT <n>`; returns the process and its base URL."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", module, *args], stdout=subprocess.PIPE, text=True, env=env, cwd=REPO_ROOT
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line.startswith("PORT "), line
+    return process, f"http://127.0.0.1:{line.split()[1]}"

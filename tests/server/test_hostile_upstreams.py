@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from launcher.cli import main as launcher_main
-from tests.conformance.servers import REPO_ROOT, RunningServer
+from tests.conformance.servers import REPO_ROOT, RunningServer, launch_serve, start_port_printer
 
 MODES = ("ok", "bomb", "bomberr", "hugeerr", "drip", "hang", "endless", "metrics", "garbage", "wrongshape")
 TIMEOUTS = {  # upstream.py's limits, shortened for the tests
@@ -134,45 +134,10 @@ class Hostile:
         return result
 
 
-def _start_upstream() -> tuple[subprocess.Popen[str], str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.server.hostile_upstream"],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=REPO_ROOT,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    assert line.startswith("PORT "), line
-    return process, f"http://127.0.0.1:{line.split()[1]}"
-
-
 def _serve(home: Path, *args: str) -> tuple[RunningServer, float]:
     """`launcher serve ARGS` with the short upstream timeouts, and how long it took to be ready."""
-    env = {**os.environ, "LAUNCHER_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)}
-    log = home / f"serve-{time.monotonic_ns()}.log"
-    argv = [sys.executable, "-c", PATCH, "serve", "--port", "0", "--no-library", *args]
     started = time.monotonic()
-    with log.open("w") as stderr:
-        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, cwd=REPO_ROOT)
-    found: dict[str, Any] = {}
-
-    def read_ready() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            if line.startswith("LAUNCHER_READY "):
-                found.update(json.loads(line.partition(" ")[2]))
-                return
-
-    reader = threading.Thread(target=read_ready, daemon=True)
-    reader.start()
-    reader.join(120)
-    server = RunningServer(process, found, log)
-    if not found:
-        server.stop()
-        raise AssertionError(f"not ready: {log.read_text()[-3000:]}")
+    server = launch_serve(["--port", "0", "--no-library", *args], home, entry=("-c", PATCH))
     return server, time.monotonic() - started
 
 
@@ -180,7 +145,7 @@ def _serve(home: Path, *args: str) -> tuple[RunningServer, float]:
 def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hostile]:
     home = tmp_path_factory.mktemp("hostile") / "home"
     home.mkdir()
-    upstream, url = _start_upstream()
+    upstream, url = start_port_printer("tests.server.hostile_upstream")
     local: RunningServer | None = None
     try:
         with pytest.MonkeyPatch.context() as patch:

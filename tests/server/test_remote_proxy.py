@@ -27,7 +27,7 @@ import openai
 import pytest
 
 from launcher.cli import main as launcher_main
-from tests.conformance.servers import REPO_ROOT, RunningServer, launch_serve
+from tests.conformance.servers import REPO_ROOT, RunningServer, launch_serve, start_port_printer
 from tests.fixtures.models import write_tiny_gguf
 from tests.metrics_text import metric_total
 from tests.server import keyring_backend
@@ -82,22 +82,6 @@ def _remote_add(name: str, url: str, key: str | None = None) -> None:
         sys.stdin = stdin
 
 
-def _start_doomed() -> tuple[subprocess.Popen[str], str]:
-    """The scripted remote in a process of its own (slow, so a reply is long enough to kill it during)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.server.scripted_remote", "--delay", "0.01"],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=REPO_ROOT,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    assert line.startswith("PORT "), line
-    return process, f"http://127.0.0.1:{line.split()[1]}"
-
-
 @pytest.fixture(scope="module")
 def remotes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Remotes]:
     folder = tmp_path_factory.mktemp("remotes")
@@ -121,7 +105,8 @@ def remotes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Remotes]:
         folder / "lab-home",
         "lab",
     )
-    doomed, doomed_url = _start_doomed()
+    # the scripted remote, slow, in a process of its own: long enough a reply to kill it during
+    doomed, doomed_url = start_port_printer("tests.server.scripted_remote", "--delay", "0.01")
     app, script_model, seen = scripted_remote(api_key=SCRIPT_KEY, delay=0.002)
     local: RunningServer | None = None
     with pytest.MonkeyPatch.context() as patch, running_app(app) as script_url:
