@@ -126,7 +126,16 @@ def serving_app(state: ServerState) -> Starlette:
     endpoints = {route.path: route.path for route in routes} | {
         route.path.removeprefix("/v1"): route.path for route in api_routes
     }
-    middleware = [Middleware(RequestObserver, metrics=state.metrics, endpoints=endpoints, mode=config.log_requests)]
+
+    def stopping() -> bool:
+        return state.draining
+
+    middleware = [
+        # Outermost too: a failure in the middlewares below (the request log, CORS, the key check) is
+        # still a JSON answer in the caller's shape, never Starlette's bare text/plain 500.
+        Middleware(ErrorBoundary, stopping=stopping),
+        Middleware(RequestObserver, metrics=state.metrics, endpoints=endpoints, mode=config.log_requests),
+    ]
     if config.cors_origins:
         middleware.append(
             Middleware(
@@ -145,7 +154,7 @@ def serving_app(state: ServerState) -> Starlette:
             cors_origins=config.cors_origins,
         )
     )
-    middleware.append(Middleware(ErrorBoundary, stopping=lambda: state.draining))
+    middleware.append(Middleware(ErrorBoundary, stopping=stopping))  # inside the request log: it logs the 500
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
     app.state.server = state
     app.state.started_at = time.time()

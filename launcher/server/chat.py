@@ -295,8 +295,8 @@ class ColdStart:
         """Load and start, then the run's events; a failure is one error `Finish`."""
         try:
             self._run = await self._start()
-        except ApiError as err:
-            yield Finish("error", Usage(0, 0), error=err.message, request_error=err.status < 500)
+        except ApiError as err:  # written as the error it is (a 503's status and Retry-After kept)
+            yield Finish("error", Usage(0, 0), error=err.message, request_error=err.status < 500, refused=err)
             return
         if self._closed:  # the client left while the model loaded
             await self._run.aclose()

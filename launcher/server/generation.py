@@ -93,6 +93,7 @@ class Finish:
     error: str | None = None
     request_error: bool = False  # the engine refused the request as asked (a 400, not a 500)
     upstream_error: bool = False  # another server answering for this one failed (a 502, not a 500)
+    refused: ApiError | None = None  # the error the request met before any output (a stream's cold start)
 
 
 def failure(error: str | None, *, request_error: bool) -> ApiError:
@@ -117,6 +118,8 @@ def cut_short(finish: Finish) -> ApiError | None:
     Routes send this instead of a finish: a half answer marked "stop" is one an agent acts on as
     if it were whole, while an error is one every client and SDK retries or reports.
     """
+    if finish.refused is not None:
+        return finish.refused
     if finish.reason == "cancelled":
         why = finish.error or "the model's server dropped the request"
         return ApiError(

@@ -44,6 +44,7 @@ class ServerState:
     started: threading.Event = field(default_factory=threading.Event)  # the startup load has ended
     keepalive_s: float = KEEPALIVE_INTERVAL_S  # silence before a stream sends a keep-alive
     draining: bool = False  # the server is stopping: no new generations
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)  # set with `draining`, for waits to end on
     remotes: Remotes = field(default_factory=Remotes)  # the upstream servers of remote models
     prepare: Callable[[], Awaitable[None]] | None = None  # what must be ready first (a vLLM child's start)
 
@@ -82,11 +83,41 @@ class ServerState:
         """The model for a request's `model` (loaded first if it is not), held while the block
         starts its generation (which then keeps it busy); the request log records who answered."""
         self.check_open()
-        async with self.pool.using(requested, ttl_s=ttl_s) as slot:
+        slot = await self._acquire_unless_stopping(requested, ttl_s)
+        try:
+            self.check_open()  # a load that ended after the stop began starts no generation
             record = current_request()
             if record is not None:
                 record.model, record.asked = slot.id, requested
             yield slot
+        finally:
+            self.pool.release(slot)
+
+    async def _acquire_unless_stopping(self, requested: str, ttl_s: float | None) -> ModelSlot:
+        """The pool's slot for `requested`, or the shutdown 503 as soon as the server stops while this
+        waits (for a load, or a swap). uvicorn would cancel the request only after its grace
+        period, and a stream waiting for its model would then end without a word."""
+        acquiring = asyncio.ensure_future(self.pool.acquire(requested, ttl_s=ttl_s))
+        stopped = asyncio.ensure_future(self.stopping.wait())
+        try:
+            await asyncio.wait({acquiring, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the client left: give up the wait, and a slot it just got
+            await self._abandon(acquiring)
+            raise
+        finally:
+            stopped.cancel()
+        if not acquiring.done():
+            await self._abandon(acquiring)
+            raise shutting_down()
+        return acquiring.result()
+
+    async def _abandon(self, acquiring: asyncio.Future[ModelSlot]) -> None:
+        acquiring.cancel()
+        try:
+            slot = await asyncio.shield(acquiring)
+        except (asyncio.CancelledError, Exception):  # the wait ended as cancelled, or failed: no slot held
+            return
+        self.pool.release(slot)  # it got the slot just as it was given up
 
     async def remote_entry(self, requested: str) -> ModelEntry | None:
         """The remote model a request's `model` names (None: a local one, or a 404 for no model at all);
@@ -117,6 +148,7 @@ class ServerState:
         the same way. Generations that start while this waits (their request passed `check_open`
         just before) are ended too."""
         self.draining = True
+        self.stopping.set()  # requests still waiting for a load or a swap get their 503 now
         reason = "the server is shutting down"
         relayed = self.remotes.interrupt(reason)  # at their next piece
         loop = asyncio.get_running_loop()

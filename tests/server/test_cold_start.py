@@ -7,6 +7,7 @@ HTTP above it are the real server's.
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import re
 import threading
 import time
@@ -94,3 +95,31 @@ def test_a_failed_load_gives_every_waiter_the_same_clear_error() -> None:
     assert [reply.status_code for reply in replies] == [503] * 3
     assert messages == {"The model 'cold' failed to load: the weights file is truncated"}
     assert "failed to load: the weights file is truncated" in streamed and streamed.rstrip().endswith("[DONE]")
+
+
+def test_a_stream_waiting_for_its_model_hears_at_once_that_the_server_is_stopping() -> None:
+    """Stopping the server (SIGTERM: uvicorn's shutdown drains the state) while a stream waits for its
+    model: the stream gets the shutdown's 503 as its error event at once, not a closed connection
+    when uvicorn's grace period runs out."""
+    loads = Loads(seconds=8.0)
+    lines: list[str] = []
+    waiting = threading.Event()
+
+    def stream(url: str) -> None:
+        body = {"model": "cold", "messages": HELLO, "stream": True}
+        with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as response:
+            for line in response.iter_lines():
+                if line:
+                    lines.append(line)
+                    waiting.set()
+
+    with running_app(app_with(loads)) as url:  # type: ignore[arg-type]
+        reader = threading.Thread(target=stream, args=(url,))
+        reader.start()
+        assert waiting.wait(30)  # the stream is open, its model loading
+        stopping = time.monotonic()
+    reader.join(30)
+    ended_after = time.monotonic() - stopping
+    errors = [json.loads(line.removeprefix("data: ")) for line in lines if line.startswith('data: {"error"')]
+    assert errors and errors[0]["error"]["code"] == "server_shutting_down", lines  # the 503 itself, not a 500
+    assert lines[-1] == "data: [DONE]" and ended_after < 7.0  # before the load would have ended

@@ -141,3 +141,25 @@ async def test_a_request_cancelled_by_a_stopping_server_gets_a_503_in_its_api_sh
         assert (body.get("type") == "error") == (shape == "anthropic") and "shutting down" in body["error"]["message"]
     with pytest.raises(asyncio.CancelledError):  # not stopping: a cancellation is not answered
         await answer_of(ErrorBoundary(cancelled_app), "/v1/chat/completions")
+
+
+def test_a_failure_outside_the_routes_is_a_json_500_not_text(serve: ServeFn, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The request log, CORS and the key check sit outside the routes' error handling; a bug in one of
+    them still answers in the API's shape."""
+    from launcher.server.request_log import RequestObserver
+
+    passing = RequestObserver.__call__
+
+    async def broken(self: RequestObserver, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            raise RuntimeError("the request log broke")
+        await passing(self, scope, receive, send)
+
+    monkeypatch.setattr(RequestObserver, "__call__", broken)
+    with serve(FakeModel()) as url:
+        openai_reply = httpx.post(url + "/v1/chat/completions", json={"messages": HELLO}, timeout=30)
+        anthropic_reply = httpx.post(url + "/v1/messages", json={"max_tokens": 4, "messages": HELLO}, timeout=30)
+    for reply in (openai_reply, anthropic_reply):
+        assert reply.status_code == 500 and reply.headers["content-type"] == "application/json", reply.text
+        assert "RuntimeError" in reply.json()["error"]["message"]
+    assert anthropic_reply.json()["type"] == "error"
