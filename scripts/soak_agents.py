@@ -398,6 +398,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def model_loads(base_url: str) -> dict[str, int]:
+    """How often the pool loaded each model (each load after a model's first followed an unload: TTL or
+    a swap), as the server counts them; {} when it does not answer."""
+    try:
+        listing = httpx.get(base_url.removesuffix("/v1") + "/launcher/models", timeout=30).json()
+    except (httpx.HTTPError, ValueError):
+        return {}
+    return {str(name): int(count) for name, count in (listing.get("loads") or {}).items()}
+
+
 def main(argv: list[str]) -> int:
     """Start the servers, loop the agents and the SDK requests, sample, report; 1 when a check failed."""
     args = parse_args(argv)
@@ -432,6 +442,7 @@ def main(argv: list[str]) -> int:
             "duration_s": args.duration, "elapsed_s": observed.now(), "targets": servers.targets,
             "agents": {cli.id: cli.version for cli in clis.values()}, "ttl_s": args.ttl,
             "main_log": str(servers.main_log), "remote_log": str(servers.remote.log_path),
+            "model_loads": model_loads(servers.main.base_url),
         }  # fmt: skip
     report = build_report(observed, meta, window=args.window, warm_up=args.warm_up)
     print_table(report)
