@@ -83,10 +83,12 @@ class ServerState:
         """The model for a request's `model` (loaded first if it is not), held while the block
         starts its generation (which then keeps it busy); the request log records who answered."""
         self.check_open()
+        record = current_request()
+        if record is not None:
+            record.asked = requested  # in the log even when no model answers (a swap given up, a failed load)
         slot = await self._acquire_unless_stopping(requested, ttl_s)
         try:
             self.check_open()  # a load that ended after the stop began starts no generation
-            record = current_request()
             if record is not None:
                 record.model, record.asked = slot.id, requested
             yield slot

@@ -7,11 +7,13 @@ routes and HTTP above it are the real server's.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
 
 import httpx
+import pytest
 
 from launcher.core.config import ServeConfig
 from launcher.engines.base import LoadedModel
@@ -81,7 +83,8 @@ def test_a_model_kept_busy_gives_way_to_a_request_for_another() -> None:
         assert statuses and set(statuses) == {200}  # `a`'s clients waited for the swap, none was refused
 
 
-def test_a_swap_that_cannot_happen_in_time_is_a_503_with_retry_after() -> None:
+def test_a_swap_that_cannot_happen_in_time_is_a_503_with_retry_after(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="launcher.requests")
     with running_app(two_model_app(reply_chars=400, swap_wait=1)) as url:  # `a`'s request takes 8 s
         results: dict[str, httpx.Response] = {}
         long_a = threading.Thread(target=lambda: results.setdefault("long", chat(url, "a")))
@@ -100,3 +103,5 @@ def test_a_swap_that_cannot_happen_in_time_is_a_503_with_retry_after() -> None:
     error = refused.json()["error"]
     assert error["code"] == "model_swap_timeout" and "--swap-wait" in error["message"]
     assert results["long"].status_code == 200  # the busy model's request was never cut
+    logged = [r.getMessage() for r in caplog.records if r.name == "launcher.requests" and " 503 " in r.getMessage()]
+    assert logged and "asked=b" in logged[0]  # the request log says which model it waited for
