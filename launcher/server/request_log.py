@@ -68,6 +68,7 @@ class RequestRecord:
     path: str
     client: str = ""
     status: int = 0
+    client_left: bool = False  # a stream whose client went away before its end (its status was sent: 200)
     model: str = ""
     asked: str = ""  # the model name the client sent, when it differs
     prompt_tokens: int | None = None
@@ -88,6 +89,8 @@ class RequestRecord:
     def line(self, total_s: float) -> str:
         """The log line."""
         parts = [self.method, self.path, str(self.status)]
+        if self.client_left:
+            parts.append("client-left")
         if self.client:
             parts.append(self.client)
         if self.model:

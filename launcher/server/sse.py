@@ -23,6 +23,8 @@ import anyio
 from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
+from launcher.server.request_log import current_request
+
 ItemT = TypeVar("ItemT")
 
 KEEPALIVE_INTERVAL_S = 10.0
@@ -111,6 +113,13 @@ class EventStream:
         """Stream until the body ends or the client disconnects."""
         raw_headers = [(b"content-type", b"text/event-stream; charset=utf-8")]
         raw_headers += [(k.encode(), v.encode()) for k, v in self.headers.items()]
+        record = current_request()
+        ended = False  # the body's last event is out: a disconnect after it is a client done reading
+
+        def client_left() -> None:
+            if record is not None and not ended:
+                record.client_left = True  # the log says so: the 200 it shows was sent before
+
         try:
             async with anyio.create_task_group() as group:
 
@@ -118,17 +127,20 @@ class EventStream:
                     while True:
                         message = await receive()
                         if message["type"] == "http.disconnect":
+                            client_left()
                             group.cancel_scope.cancel()
                             return
 
                 async def stream() -> None:
+                    nonlocal ended
                     try:
                         await send({"type": "http.response.start", "status": 200, "headers": raw_headers})
                         async for chunk in self.body:
                             await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                        ended = True
                         await send({"type": "http.response.body", "body": b"", "more_body": False})
                     except OSError:
-                        pass  # the client went away while we were sending
+                        client_left()  # it went away while we were sending
                     group.cancel_scope.cancel()
 
                 group.start_soon(watch_disconnect)

@@ -9,6 +9,7 @@ prompt on a CPU takes minutes to read. The scripted model stands in for a slow p
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any
 
@@ -125,3 +126,25 @@ def _texts(payloads: list[Any]) -> list[str]:
         elif isinstance(delta, str):
             texts.append(delta)
     return texts
+
+
+def test_the_request_log_says_when_a_streams_client_left_before_its_end(
+    serve: ServeFn, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stream's status line is sent with its first byte, so the log's 200 alone cannot tell an agent
+    that gave up (its own timeout, Ctrl+C) from one that read the whole reply."""
+    caplog.set_level(logging.INFO, logger="launcher.requests")
+    slow = FakeModel(reply=lambda _: "x" * 400, delay=0.01)
+    body = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
+    with serve(slow) as url:
+        with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=30) as response:
+            next(line for line in response.iter_lines() if '"content":"x"' in line)  # then hang up
+        client = openai.OpenAI(base_url=url + "/v1", api_key="x")
+        whole = client.chat.completions.create(model="m", messages=body["messages"], stream=True)
+        assert sum(len(chunk.choices[0].delta.content or "") for chunk in whole if chunk.choices) == 400
+        deadline = time.monotonic() + 10
+        while len([r for r in caplog.records if r.name == "launcher.requests"]) < 2:
+            assert time.monotonic() < deadline, "no log line"
+            time.sleep(0.05)
+    lines = [r.getMessage() for r in caplog.records if r.name == "launcher.requests"]
+    assert "200 client-left" in lines[0] and "client-left" not in lines[1], lines
