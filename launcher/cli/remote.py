@@ -15,6 +15,7 @@ it after a change. `add` and `list` ask each remote for its models within a few 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import json
 import sys
@@ -120,27 +121,19 @@ def _check(remote: Remote, key: str | None) -> str | None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from launcher.core.errors import ServerError
     from launcher.core.remotes import find_key, load_remotes, plain_http_warning
-    from launcher.server.upstream import Upstream, list_models
 
-    remotes = load_remotes()
-    rows: list[dict[str, Any]] = []
-    for remote in remotes.values():
-        lookup = find_key(remote)
-        row: dict[str, Any] = {
-            "name": remote.name,
-            "url": remote.url,
-            "key": bool(lookup.key),
-            "key_from": lookup.source,
-        }
-        try:
-            listed = list_models(Upstream(remote.name, remote.url, lookup.key, prefix=remote.name + "/"))
-            row |= {"reachable": True, "models": [f"{remote.name}/{model.model}" for model in listed]}
-        except ServerError as err:
-            row |= {"reachable": False, "error": str(err), "models": []}
-        row["warnings"] = [w for w in (plain_http_warning(remote), lookup.problem) if w]
-        rows.append(row)
+    remotes = list(load_remotes().values())
+    lookups = [find_key(remote) for remote in remotes]  # one by one: a keyring backend may not like threads
+    # All remotes asked at once: one that does not answer costs its few seconds once, not once per remote.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(8, len(remotes)))) as pool:
+        reached = list(pool.map(_reachability, remotes, [lookup.key for lookup in lookups]))
+    rows: list[dict[str, Any]] = [
+        {"name": remote.name, "url": remote.url, "key": bool(lookup.key), "key_from": lookup.source}
+        | state
+        | {"warnings": [w for w in (plain_http_warning(remote), lookup.problem) if w]}
+        for remote, lookup, state in zip(remotes, lookups, reached, strict=True)
+    ]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -156,6 +149,18 @@ def _list(args: argparse.Namespace) -> int:
         for warning in row["warnings"]:
             print(f"  warning: {warning}")
     return 0
+
+
+def _reachability(remote: Remote, key: str | None) -> dict[str, Any]:
+    """Whether `remote` answers /v1/models, and what it lists."""
+    from launcher.core.errors import ServerError
+    from launcher.server.upstream import Upstream, list_models
+
+    try:
+        listed = list_models(Upstream(remote.name, remote.url, key, prefix=remote.name + "/"))
+    except ServerError as err:
+        return {"reachable": False, "error": str(err), "models": []}
+    return {"reachable": True, "models": [f"{remote.name}/{model.model}" for model in listed]}
 
 
 def _remove(args: argparse.Namespace) -> int:

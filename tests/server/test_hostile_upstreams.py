@@ -345,6 +345,23 @@ def test_remote_list_says_in_one_line_which_remote_does_not_answer(hostile: Host
     assert "NOT reachable" in lines["bomb"] and lines["ok"].endswith("; reachable)")
 
 
+def test_remote_list_asks_every_remote_at_once(hostile: Hostile, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LAUNCHER_HOME", str(home))
+        hanging = f"{hostile.upstream_url}/hang/v1"
+        for number in range(6):
+            assert launcher_main(["remote", "add", f"hang{number}", hanging, "--no-check"]) == 0
+    env = {**os.environ, "LAUNCHER_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)}
+    started = time.monotonic()
+    listing = subprocess.run(
+        [sys.executable, "-m", "launcher", "remote", "list"], capture_output=True, text=True, env=env, timeout=120
+    )
+    took = time.monotonic() - started
+    assert listing.returncode == 0 and listing.stdout.count("did not answer /v1/models within 5 s") == 6, listing
+    assert took < 20, f"{took:.1f} s"  # one after another, six hanging remotes took 30 s and more
+
+
 def test_a_request_waiting_on_a_remote_gets_a_503_when_the_server_stops(hostile: Hostile, tmp_path: Path) -> None:
     server, _ = _serve(hostile.home, "--alias", "hang-alias=hang/m")  # hang never lists its models
     try:
