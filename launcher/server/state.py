@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from launcher.core.config import ServeConfig
 from launcher.core.errors import LauncherError
 from launcher.server.errors import ApiError, shutting_down
-from launcher.server.generation import Generation
 from launcher.server.metrics import ServerMetrics
 from launcher.server.model_pool import ModelPool
 from launcher.server.model_slot import ModelEntry, ModelSlot
@@ -155,7 +154,6 @@ class ServerState:
         relayed = self.remotes.interrupt(reason)  # at their next piece
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        running: list[Generation] = []
         told = len(relayed)  # generations to tell the log about
         while True:
             fresh = [g for slot in self.pool.slots.values() for g in list(slot.live) if not g.interrupted]
@@ -165,8 +163,10 @@ class ServerState:
                 told = 0
             for generation in fresh:
                 await generation.interrupt(reason)
-            running.extend(fresh)
-            busy = any(not g.finished for g in running) or any(not r.finished for r in relayed)
+            # Until no model is busy, not only until the generations seen so far end: a request that
+            # holds a model but had not started its generation yet (its engine queue counted it, its
+            # first step not taken) starts it now, and is ended on the next turn of this loop.
+            busy = any(slot.busy for slot in self.pool.slots.values()) or any(not r.finished for r in relayed)
             if not busy or loop.time() >= deadline:
                 return
             await asyncio.sleep(0.02)
