@@ -99,8 +99,9 @@ class ServeConfig(BaseModel):
     )
     # Sliding-window models (Gemma 3, gpt-oss, ...) keep only the window in those layers, so a
     # prefix that ends before the window can only be reused from a saved copy of the window
-    # (a checkpoint). A request saves at most two (n_batch + 4 and 4 tokens before its prompt's
-    # end); one holds the window's K and V: 7.5 MB for the starter, ~0.4 GB for Gemma 3 27B.
+    # (a checkpoint). A request saves one 4 tokens before its prompt's end and, in a long prompt,
+    # 64, 256, 1,024 and 4,096 tokens before that; one holds the window's K and V: 7.5 MB for the starter,
+    # ~0.4 GB for Gemma 3 27B.
     swa_checkpoints: int = Field(
         DEFAULT_SWA_CHECKPOINTS,
         ge=0,
@@ -111,6 +112,17 @@ class ServeConfig(BaseModel):
         DEFAULT_SWA_CHECKPOINT_MB,
         ge=0,
         description="llama.cpp: memory all sliding-window checkpoints may hold together, in MiB",
+    )
+    # The disk tier under the prefix cache (launcher/engines/prompt_cache.py): an agent's 12k-token
+    # system prompt costs 40-55 s to read on a 2-core CPU and a file read to restore.
+    prompt_cache_gb: float | None = Field(
+        None,
+        ge=0,
+        description="disk the prompt cache may use, in GiB: prompt prefixes kept across restarts, model swaps "
+        "and sessions (default: a tenth of the free space, at most 20; 0: off)",
+    )
+    prompt_cache_dir: str | None = Field(
+        None, description="folder of the prompt cache (default: prompt-cache in the app's data folder)"
     )
     # 500 ms: on a 2-core CPU with the starter, a 1,450-token prompt arriving next to 3 streams took
     # 4.9 s to its first token with max 0.6 s gaps in the others, vs 3.5-4.2 s and 1.2-1.8 s gaps

@@ -253,6 +253,7 @@ class SchedulerThread(ABC, Generic[JobT]):
         *,
         completion_tokens: int,
         cached_prompt_tokens: int = 0,
+        disk_prompt_tokens: int = 0,
         error: str | None = None,
         text: str = "",
         token_ids: tuple[int, ...] = (),
@@ -266,6 +267,7 @@ class SchedulerThread(ABC, Generic[JobT]):
             finish_reason=reason,
             prompt_tokens=len(job.request.prompt_tokens),
             cached_prompt_tokens=cached_prompt_tokens,
+            disk_prompt_tokens=disk_prompt_tokens,
             completion_tokens=completion_tokens,
             error=error,
         )

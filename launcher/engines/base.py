@@ -143,6 +143,7 @@ class GenerationEvent:
     finish_reason: FinishReason | None = None
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0  # prompt tokens served from the prefix cache
+    disk_prompt_tokens: int = 0  # of those, the ones put back from the prompt cache on disk
     completion_tokens: int = 0
     error: str | None = None
     # The engine refused the request as asked (bad token ids, a constraint it cannot compile): the
@@ -170,6 +171,17 @@ class EngineStats:
     swa_checkpoints_max: int = 0
     swa_checkpoint_budget_bytes: int = 0
     swa_checkpoint_restores: int = 0
+    # The prompt cache on disk (launcher/engines/prompt_cache.py): lookups that restored a stored prefix
+    # and those that found none, tokens restored, seconds spent restoring, this model's entries and bytes.
+    prompt_cache_disk_hits: int = 0
+    prompt_cache_disk_misses: int = 0
+    prompt_cache_disk_restored_tokens: int = 0
+    prompt_cache_disk_restore_seconds: float = 0.0
+    prompt_cache_disk_writes: int = 0
+    prompt_cache_disk_write_failures: int = 0
+    prompt_cache_disk_entries: int = 0
+    prompt_cache_disk_bytes: int = 0
+    prompt_cache_disk_budget_bytes: int = 0
 
 
 class QueueFullError(Exception):

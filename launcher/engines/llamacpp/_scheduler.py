@@ -40,6 +40,7 @@ from launcher.engines._jobs import refusal
 from launcher.engines._scheduler_base import Occupancy, SchedulerThread
 from launcher.engines.base import FinishReason, GenerationEvent, GenerationRequest, TokenLogprob
 from launcher.engines.llamacpp._batch import TokenBatch
+from launcher.engines.llamacpp._disk_tier import DiskTier
 from launcher.engines.llamacpp._pacing import StepClock, burst_wait, prompt_takes
 from launcher.engines.llamacpp._sampling import (
     ConstraintError,
@@ -49,6 +50,7 @@ from launcher.engines.llamacpp._sampling import (
     token_logprob,
 )
 from launcher.engines.llamacpp._sliding_window import CheckpointStore, SlidingWindow
+from launcher.engines.prompt_cache import PromptDiskCache
 
 log = logging.getLogger("launcher.engines.llamacpp")
 
@@ -79,6 +81,7 @@ class _Slot:
     step_tokens: int = 0
     n_generated: int = 0
     cached_prompt_tokens: int = 0
+    disk_prompt_tokens: int = 0  # of cached_prompt_tokens, those put back from the prompt cache on disk
     checkpoint_at: list[int] = field(default_factory=list)  # prompt positions still to save a checkpoint at
     decoder: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
 
@@ -103,6 +106,7 @@ class Scheduler(SchedulerThread[Job]):
         piece: Callable[[int], bytes],
         swa_window: int = 0,
         checkpoints: CheckpointStore | None = None,
+        disk_cache: PromptDiskCache | None = None,
     ) -> None:
         super().__init__(
             label="llama.cpp", thread_name="llamacpp-scheduler", log=log, parallel=parallel, max_queue=max_queue
@@ -120,6 +124,9 @@ class Scheduler(SchedulerThread[Job]):
         self._is_eog[list(eog_tokens)] = True
         self._piece = piece
         self._window = SlidingWindow(llama_cpp, self._mem, swa_window, checkpoints)
+        self._disk = None
+        if disk_cache is not None and disk_cache.enabled:
+            self._disk = DiskTier(llama_cpp, context_pointer, disk_cache, self._window, context)
         self._batch = TokenBatch(llama_cpp, n_batch, parallel, context)
         self._slots = [_Slot(seq_id=i, cache=np.zeros(context, dtype=np.int32)) for i in range(parallel)]
         self._running: list[_Slot] = []  # admission order = prefill priority (FIFO)
@@ -285,6 +292,9 @@ class Scheduler(SchedulerThread[Job]):
         # Most shared tokens wins; among equals, the least recently used slot (keeps hot caches).
         slot = max(free, key=lambda s: (shared[s.seq_id], -s.last_used))
         limit = len(prompt) - 1  # always evaluate the last prompt token to get its logits
+        from_disk = self._restore_from_disk(prompt, shared, free, limit)
+        if from_disk is not None:
+            slot = from_disk[0]
         donor = max(self._slots, key=lambda s: shared[s.seq_id])
         reuse = min(shared[slot.seq_id], limit)
         if donor is not slot and min(shared[donor.seq_id], limit) > reuse:
@@ -307,8 +317,35 @@ class Scheduler(SchedulerThread[Job]):
         slot.job, slot.sampler = job, sampler
         slot.pending_token, slot.out_index, slot.n_generated = -1, -1, 0
         slot.cached_prompt_tokens = reuse
+        slot.disk_prompt_tokens = 0
+        if from_disk is not None and self._disk is not None:
+            slot.disk_prompt_tokens = reuse
+            self._disk.cache.record_restore(reuse, from_disk[1])
         slot.decoder.reset()
         self._running.append(slot)
+
+    def _restore_from_disk(
+        self, prompt: npt.NDArray[np.int32], shared: dict[int, int], free: list[_Slot], limit: int
+    ) -> tuple[_Slot, float] | None:
+        """When the prompt cache on disk holds more of `prompt` than memory does, put that entry into the
+        least valuable free slot: that slot and the seconds it took (`shared` updated); None to go on
+        from memory."""
+        if self._disk is None:
+            return None
+        entry = self._disk.candidate(prompt, in_memory=min(max(shared.values()), limit))
+        if entry is None:
+            return None
+        slot = min(free, key=lambda s: (shared[s.seq_id], s.last_used))
+        restored = self._disk.restore(slot.seq_id, entry)
+        if restored is None and self._evict_idle(budget=0):  # no free KV cells: idle caches go first
+            restored = self._disk.restore(slot.seq_id, entry)
+        count = 0 if restored is None else len(restored.tokens)
+        if restored is not None:
+            slot.cache[:count] = restored.tokens
+        slot.n_cached = count
+        for other in self._slots:  # the restore emptied the slot, and an eviction others
+            shared[other.seq_id] = self._common_prefix(other, prompt)
+        return None if restored is None else (slot, restored.seconds)
 
     def _finish(self, slot: _Slot, reason: FinishReason, error: str | None = None) -> None:
         job = slot.job
@@ -319,6 +356,7 @@ class Scheduler(SchedulerThread[Job]):
             reason,
             text=tail,
             cached_prompt_tokens=slot.cached_prompt_tokens,
+            disk_prompt_tokens=slot.disk_prompt_tokens,
             completion_tokens=slot.n_generated,
             error=error,
         )
@@ -333,6 +371,8 @@ class Scheduler(SchedulerThread[Job]):
         self._pace.finished(job.submitted_at)
         if reason == "error":
             self._clear(slot)
+        elif self._disk is not None and slot.n_cached:
+            self._disk.save(slot.seq_id, slot.cache[: slot.n_cached].copy())
         if self._prefix_budget is not None:
             self._evict_idle(self._prefix_budget)
 

@@ -9,9 +9,12 @@ sequence's state (`llama_state_seq_get_data_ext` with the partial-only flag) tak
 sequence had read exactly `n_tokens` tokens. Restoring it into a slot whose full-attention
 layers hold at least those tokens brings the slot back to that point; only the rest is read.
 
-This is what llama.cpp's own server does. A request saves at most two, a batch + 4 and 4 tokens
-before its prompt's end: the next agent turn repeats the prompt and diverges in the reply or the
-last few template tokens. They are bounded per slot and in memory; the oldest go first.
+As llama.cpp's own server, a request saves one 4 tokens before its prompt's end: the next agent
+turn repeats the prompt and diverges in the reply or the last few template tokens. A new session
+(the same system prompt and tools, another question; or after a restart, from the prompt cache on
+disk) diverges earlier, in the question, so a long prompt also saves them 64, 256, 1,024 and 4,096
+tokens before that: a divergence in its last ~4k tokens costs at most 4x its distance from the
+end. They are bounded per slot and in memory; the oldest (the earliest) go first.
 All methods run on the scheduler thread, which owns the context; the totals are read from others.
 """
 
@@ -32,6 +35,7 @@ log = logging.getLogger("launcher.engines.llamacpp")
 
 _SWA_ONLY = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY (= SWA_ONLY): the parts that cannot be rolled back
 TAIL_TOKENS = 4  # how far before a prompt's end the last checkpoint goes (as llama-server)
+_BEFORE_TAIL = (64, 256, 1024, 4096)  # the earlier ones, in tokens before that
 
 _order = itertools.count()
 
@@ -47,7 +51,9 @@ class Checkpoint:
 
 def checkpoint_positions(prompt_tokens: int, start: int, batch_tokens: int) -> list[int]:
     """Where a request reading `prompt_tokens` from `start` saves checkpoints, in order."""
-    wanted = {prompt_tokens - TAIL_TOKENS - batch_tokens, prompt_tokens - TAIL_TOKENS}
+    tail = prompt_tokens - TAIL_TOKENS
+    del batch_tokens  # chunks end at these positions whatever the batch size
+    wanted = {tail, *(tail - distance for distance in _BEFORE_TAIL)}
     return sorted(position for position in wanted if position > start)
 
 
@@ -79,6 +85,15 @@ class CheckpointStore:
         written = int(self._ll.llama_state_seq_get_data_ext(self._ctx, _pointer(data), size, seq_id, _SWA_ONLY))
         if written <= 0:
             return False
+        self.adopt(seq_id, n_tokens, data[:written])
+        self.saved += 1
+        return True
+
+    def adopt(self, seq_id: int, n_tokens: int, data: npt.NDArray[np.uint8]) -> None:
+        """Keep `data` as `seq_id`'s checkpoint after `n_tokens` tokens (saved now, or read from disk)."""
+        written = len(data)
+        if written > self.budget_bytes:
+            return
         kept = self._by_seq.setdefault(seq_id, [])
         for old in [c for c in kept if c.n_tokens == n_tokens]:
             self._remove(seq_id, old)
@@ -86,11 +101,13 @@ class CheckpointStore:
             self._remove(seq_id, kept[0])
         while self.bytes + written > self.budget_bytes and self._evict_oldest():
             pass
-        kept.append(Checkpoint(n_tokens=n_tokens, data=data[:written]))
+        kept.append(Checkpoint(n_tokens=n_tokens, data=data))
         self.count += 1
         self.bytes += written
-        self.saved += 1
-        return True
+
+    def held(self, seq_id: int) -> list[Checkpoint]:
+        """`seq_id`'s checkpoints, oldest first."""
+        return list(self._by_seq.get(seq_id, ()))
 
     def best(self, prefixes: Iterable[tuple[int, int]]) -> tuple[int, Checkpoint] | None:
         """The checkpoint reading the most tokens among those valid for a prompt: `prefixes` gives

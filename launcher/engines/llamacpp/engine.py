@@ -32,6 +32,7 @@ from launcher.engines.llamacpp._sliding_window import CheckpointStore
 from launcher.engines.llamacpp.gpu_packs import load_installed_pack
 from launcher.engines.llamacpp.model import LlamaCppModel, RuntimeSettings
 from launcher.engines.llamacpp.spec import SPEC
+from launcher.engines.prompt_cache import CacheKey, file_identity, for_model
 from launcher.hardware.machine import Machine
 
 log = logging.getLogger("launcher.engines.llamacpp")
@@ -206,7 +207,22 @@ def _build(
             memory=memory,
             swa_window=swa_window,
         )
-        return LlamaCppModel(llama_cpp, model_pointer, context_pointer, info, settings, eog, embedder, checkpoints)
+        key = CacheKey(
+            model=model.name,
+            engine="llamacpp",
+            facts={
+                "weights": file_identity(path),
+                "engine_version": _version(),
+                "kv_type": kv_type,
+                "flash_attn": str(int(params.flash_attn_type)),
+                "swa_full": str(bool(params.swa_full)),
+                "kv_unified": str(bool(params.kv_unified)),
+            },
+        )
+        disk_cache = for_model(key, config.prompt_cache_dir, config.prompt_cache_gb)
+        return LlamaCppModel(
+            llama_cpp, model_pointer, context_pointer, info, settings, eog, embedder, checkpoints, disk_cache
+        )
     except BaseException:
         llama_cpp.llama_free(context_pointer)
         raise

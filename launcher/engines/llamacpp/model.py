@@ -33,6 +33,7 @@ from launcher.engines.llamacpp._embedding import Embedder
 from launcher.engines.llamacpp._sampling import ConstraintError, check_grammar, compile_constraint
 from launcher.engines.llamacpp._scheduler import Job, Scheduler
 from launcher.engines.llamacpp._sliding_window import CheckpointStore
+from launcher.engines.prompt_cache import PromptDiskCache, with_cache_stats
 
 log = logging.getLogger("launcher.engines.llamacpp")
 
@@ -65,6 +66,7 @@ class LlamaCppModel:
         eog_tokens: frozenset[int],
         embedder: Embedder | None,
         checkpoints: CheckpointStore | None = None,
+        disk_cache: PromptDiskCache | None = None,
     ) -> None:
         self.info = info
         self._ll = llama_cpp
@@ -78,6 +80,7 @@ class LlamaCppModel:
         self._embedder = embedder
         self._closed = False
         self._checkpoints = checkpoints if settings.swa_window else None
+        self._disk_cache = disk_cache
         self._scheduler = Scheduler(
             llama_cpp,
             context_pointer,
@@ -93,6 +96,7 @@ class LlamaCppModel:
             piece=self.token_bytes,
             swa_window=settings.swa_window,
             checkpoints=self._checkpoints,
+            disk_cache=disk_cache,
         )
         self._scheduler.start_thread()
 
@@ -208,6 +212,7 @@ class LlamaCppModel:
         """Live numbers for /metrics (cheap; called from the event loop)."""
         memory = dict(self._settings.memory)
         stats = self._scheduler.engine_stats(kv_total_tokens=self._settings.n_ctx, memory=memory)
+        stats = with_cache_stats(stats, self._disk_cache)
         store = self._checkpoints
         if store is None:
             return stats
@@ -221,7 +226,8 @@ class LlamaCppModel:
         )
 
     def close(self) -> None:
-        """Stop the scheduler thread (open requests end as cancelled) and free the model."""
+        """Stop the scheduler thread (open requests end as cancelled, and what every sequence holds goes
+        to the prompt cache), free the model, then wait for the prompt cache's last writes."""
         if self._closed:
             return
         self._closed = True
@@ -230,6 +236,8 @@ class LlamaCppModel:
             self._embedder.close()
         self._ll.llama_free(self._ctx)
         self._ll.llama_model_free(self._model)
+        if self._disk_cache is not None:
+            self._disk_cache.close()
 
 
 def _set_result(future: asyncio.Future[list[list[float]]], result: list[list[float]]) -> None:
