@@ -175,6 +175,14 @@ _ENGINE_GAUGES = {  # metric -> (help, EngineStats attribute)
         "the most memory checkpoints may hold (bytes held: launcher_engine_memory_bytes{kind=swa_checkpoints})",
         "swa_checkpoint_budget_bytes",
     ),
+    # The prompt cache on disk (engines/prompt_cache.py). Bytes and entries are this model's; the budget
+    # is the whole folder's, shared by every model and server using it (the same under each label).
+    "launcher_prompt_cache_disk_bytes": ("bytes of this model's prompt prefixes on disk", "prompt_cache_disk_bytes"),
+    "launcher_prompt_cache_disk_entries": ("this model's prompt prefixes stored on disk", "prompt_cache_disk_entries"),
+    "launcher_prompt_cache_disk_budget_bytes": (
+        "the most the prompt cache's folder may hold, all models together (0: off)",
+        "prompt_cache_disk_budget_bytes",
+    ),
 }
 _ENGINE_COUNTERS = {
     "launcher_prefix_cache_hits": ("requests that reused cached prompt tokens", "prefix_cache_hits"),
@@ -183,6 +191,27 @@ _ENGINE_COUNTERS = {
     "launcher_swa_checkpoint_restores": (
         "prefixes reused by restoring a sliding-window checkpoint",
         "swa_checkpoint_restores",
+    ),
+    "launcher_prompt_cache_disk_hits": (
+        "prompts that missed in memory and restored a stored prefix from disk",
+        "prompt_cache_disk_hits",
+    ),
+    "launcher_prompt_cache_disk_misses": (
+        "prompts that missed in memory and found no usable prefix on disk",
+        "prompt_cache_disk_misses",
+    ),
+    "launcher_prompt_cache_disk_restored_tokens": (
+        "prompt tokens restored from disk instead of read",
+        "prompt_cache_disk_restored_tokens",
+    ),
+    "launcher_prompt_cache_disk_restore_seconds": (
+        "time spent reading and restoring prefixes from disk",
+        "prompt_cache_disk_restore_seconds",
+    ),
+    "launcher_prompt_cache_disk_writes": ("prefixes written to disk", "prompt_cache_disk_writes"),
+    "launcher_prompt_cache_disk_write_failures": (
+        "prefix writes that failed or were skipped (a full disk): logged, never a failed request",
+        "prompt_cache_disk_write_failures",
     ),
 }
 
