@@ -216,14 +216,16 @@ class Generation:
     async def __aiter__(self) -> AsyncIterator[Chunk | Finish]:
         pending = ""
         pending_logprobs: list[TokenLogprob] = []
-        cached = 0
+        cached = disk = 0
         async for event in self._events():
             if self._interrupted is not None and event.finish_reason is None:
                 event = GenerationEvent(finish_reason="cancelled", error=self._interrupted)
             self._observe(event)
             cached = max(cached, event.cached_prompt_tokens)
+            disk = max(disk, event.disk_prompt_tokens)
             if self._record is not None:
                 self._record.cached_tokens = cached
+                self._record.disk_tokens = disk
             pending += event.text
             pending_logprobs.extend(event.logprobs)
             if self._record is not None:

@@ -3,6 +3,9 @@
     POST /v1/messages 200 claude-code/2.1.332 model=gemma-3-270m asked=claude-sonnet-4-5 prompt=12,410
         cached=12,288 generated=64 ttft=0.41s total=2.93s
 
+When some of the cached tokens were put back from the prompt cache on disk, the line says how many:
+`cached=12,288 (disk 12,000)`.
+
 The app's Server page shows these lines, so a user sees at once which agent called, whether the
 prefix cache worked and where time went. Routes and the generation driver fill the request's
 `RequestRecord` (found through a context variable, so nothing has to be threaded through every
@@ -73,6 +76,7 @@ class RequestRecord:
     asked: str = ""  # the model name the client sent, when it differs
     prompt_tokens: int | None = None
     cached_tokens: int = 0
+    disk_tokens: int = 0  # of the cached tokens, those restored from the prompt cache on disk
     generated_tokens: int = 0
     ttft_s: float | None = None
     keep_reply: bool = False
@@ -101,6 +105,7 @@ class RequestRecord:
             parts += [
                 f"prompt={self.prompt_tokens:,}",
                 f"cached={self.cached_tokens:,}",
+                *([f"(disk {self.disk_tokens:,})"] if self.disk_tokens else []),
                 f"generated={self.generated_tokens:,}",
             ]
         if self.ttft_s is not None:
