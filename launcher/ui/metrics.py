@@ -41,6 +41,10 @@ class MetricsSnapshot:
     prefill_uncached_tokens_total: float = 0.0
     prefill_seconds_total: float = 0.0
     busy_seconds_total: float = 0.0
+    prompt_cache_disk_hits_total: float = 0.0
+    prompt_cache_disk_misses_total: float = 0.0
+    prompt_cache_disk_bytes: float = 0.0
+    prompt_cache_disk_budget_bytes: float = 0.0  # the folder's, shared by the models: the largest, not a sum
     engine_memory: dict[str, float] = field(default_factory=dict)  # by kind, summed over the loaded models
     process_resident_bytes: float | None = None
     models: dict[str, MetricsSnapshot] = field(default_factory=dict)
@@ -75,6 +79,9 @@ _SIMPLE = {
     "launcher_prefill_uncached_tokens_total": "prefill_uncached_tokens_total",
     "launcher_prefill_seconds_total": "prefill_seconds_total",
     "launcher_busy_seconds_total": "busy_seconds_total",
+    "launcher_prompt_cache_disk_hits_total": "prompt_cache_disk_hits_total",
+    "launcher_prompt_cache_disk_misses_total": "prompt_cache_disk_misses_total",
+    "launcher_prompt_cache_disk_bytes": "prompt_cache_disk_bytes",
     "process_resident_memory_bytes": "process_resident_bytes",
 }
 
@@ -116,6 +123,11 @@ def parse_metrics(text: str, now: float) -> MetricsSnapshot:
             if name in _SIMPLE:
                 for tally in tallies:
                     tally.values[_SIMPLE[name]] += value
+            elif name == "launcher_prompt_cache_disk_budget_bytes":  # one folder's budget under each label
+                for tally in tallies:
+                    tally.values["prompt_cache_disk_budget_bytes"] = max(
+                        tally.values["prompt_cache_disk_budget_bytes"], value
+                    )
             elif name == "launcher_kv_cache_usage_ratio":
                 for tally in tallies:
                     tally.usage_ratios.append(value)
@@ -129,6 +141,20 @@ def parse_metrics(text: str, now: float) -> MetricsSnapshot:
                 for tally in tallies:
                     tally.engine_memory[labels.get("kind", "")] += value
     return server.snapshot(now, {name: tally.snapshot(now) for name, tally in models.items()})
+
+
+def prompt_cache_summary(snap: MetricsSnapshot) -> tuple[str, str]:
+    """The prompt cache on disk as the gauges show it: (size / budget or "off", hit rate).
+
+    The hit rate counts the prompts that missed in memory and looked on disk: restored / looked."""
+    budget = snap.prompt_cache_disk_budget_bytes
+    if budget <= 0:
+        return "off", ""
+    size = f"{format_bytes(snap.prompt_cache_disk_bytes)} / {format_bytes(budget)}"
+    hits, misses = int(snap.prompt_cache_disk_hits_total), int(snap.prompt_cache_disk_misses_total)
+    if hits + misses == 0:
+        return size, "no lookups yet"
+    return size, f"hit rate {hits / (hits + misses):.0%} ({hits:,} of {hits + misses:,})"
 
 
 @dataclass(frozen=True)

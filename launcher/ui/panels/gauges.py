@@ -1,5 +1,6 @@
 """Live gauges from /metrics and the server process: decode and prefill tok/s with a short history,
-TTFT of the last requests, requests running/queued, KV cache use, process RAM, GPU/unified memory;
+TTFT of the last requests, requests running/queued, KV cache use, process RAM, GPU/unified memory,
+the prompt cache on disk (size of its budget, hit rate);
 and the served model's predicted vs measured memory and tok/s once there is something to compare (read
 from its own series: another model loaded beside it does not count).
 """
@@ -12,7 +13,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from launcher.core.units import format_bytes
-from launcher.ui.metrics import Comparison, LiveSample, Measured, Prediction, compare
+from launcher.ui.metrics import Comparison, LiveSample, Measured, Prediction, compare, prompt_cache_summary
 from launcher.ui.widgets.card import Card, StatTile, muted
 from launcher.ui.widgets.sparkline import Sparkline
 
@@ -59,6 +60,11 @@ class GaugesPanel(Card):
         self.device_bar = QProgressBar()
         self.device_bar.setTextVisible(False)
         self.device_bar.setMaximumHeight(8)
+        self.prompt_cache = StatTile("prompt cache on disk")
+        self.prompt_cache.setToolTip(
+            "Prompt prefixes kept on disk across restarts and model swaps: used / budget (--prompt-cache-gb),"
+            " and how often a prompt that missed in memory was restored from disk."
+        )
 
         grid.addWidget(self._stack(self.decode, self.decode_graph), 0, 0)
         grid.addWidget(self._stack(self.prefill, self.prefill_graph), 0, 1)
@@ -68,6 +74,7 @@ class GaugesPanel(Card):
         grid.addWidget(self._stack(self.kv, self.kv_bar), 1, 2)
         grid.addWidget(self.rss, 2, 0)
         grid.addWidget(self._stack(self.device, self.device_bar), 2, 1, 1, 2)
+        grid.addWidget(self.prompt_cache, 3, 0)
         for column in range(3):
             grid.setColumnStretch(column, 1)
         self.body.addLayout(grid)
@@ -116,6 +123,7 @@ class GaugesPanel(Card):
             self.kv,
             self.rss,
             self.device,
+            self.prompt_cache,
         ):
             tile.set_value("–", "")
         self.decode_graph.clear()
@@ -175,6 +183,7 @@ class GaugesPanel(Card):
                 memory.device_label,
             )
             self.device_bar.setValue(round(ratio * 100))
+        self.prompt_cache.set_value(*prompt_cache_summary(sample.snapshot))
         self._update_comparison()
 
     def set_calibration_status(self, text: str, *, busy: bool = False) -> None:
