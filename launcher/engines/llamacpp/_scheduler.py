@@ -372,6 +372,7 @@ class Scheduler(SchedulerThread[Job]):
         if reason == "error":
             self._clear(slot)
         elif self._disk is not None and slot.n_cached:
+            self._events.flush()  # the reply ends now; copying its state out for the disk takes a while
             self._disk.save(slot.seq_id, slot.cache[: slot.n_cached].copy())
         if self._prefix_budget is not None:
             self._evict_idle(self._prefix_budget)

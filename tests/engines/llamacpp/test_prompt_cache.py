@@ -186,3 +186,21 @@ def model_key_dir(folder: Path, model: LlamaCppModel) -> str:
     cache = model._disk_cache  # the folder name is the key's digest
     assert cache is not None
     return cache.key.digest
+
+
+async def test_the_starter_model_restored_from_disk_answers_as_read_cold(starter_gguf: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "prompts"
+    model = _load(starter_gguf, folder, parallel=1)
+    try:
+        prompt = model.tokenize(_SYSTEM + "\n\nUser: which tool lists the files?\nAssistant:", add_special=True)
+        cold = await run(model, greedy(prompt, 16))
+    finally:
+        model.close()
+    model = _load(starter_gguf, folder, parallel=1)
+    try:
+        warm = await run(model, greedy(prompt, 16))
+    finally:
+        model.close()
+    assert cold.last.cached_prompt_tokens == 0
+    assert warm.last.disk_prompt_tokens >= len(prompt) - TAIL_TOKENS  # the window's checkpoint, or all but one
+    assert warm.tokens == cold.tokens
