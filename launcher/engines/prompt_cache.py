@@ -47,7 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from launcher.core import paths
-from launcher.core.units import GIB
+from launcher.core.units import GIB, format_bytes
 from launcher.engines.base import EngineStats
 
 log = logging.getLogger("launcher.engines.prompt_cache")
@@ -196,16 +196,34 @@ class PromptDiskCache:
 
     # ----- lookups and reads (the engine's thread) -------------------------------------------------
 
-    def best(self, prompt: npt.NDArray[np.int32], better_than: int) -> tuple[Entry, int] | None:
-        """The entry sharing the most leading tokens with `prompt`, if that is more than `better_than`."""
+    def best(self, prompt: npt.NDArray[np.int32], better_than: int, *, whole: bool = False) -> tuple[Entry, int] | None:
+        """The entry sharing the most leading tokens with `prompt`, if that is more than `better_than`;
+        `whole`: only entries that `prompt` starts with and goes past (for states that cannot be cut back)."""
         with self._lock:
             entries = list(self._entries.values())
         found: tuple[Entry, int] | None = None
         for entry in entries:
             shared = entry.common_prefix(prompt)
+            if whole and not (shared == len(entry.tokens) and shared < len(prompt)):
+                continue
             if shared > better_than and (found is None or shared > found[1]):
                 found = (entry, shared)
         return found
+
+    def candidate(
+        self, prompt: npt.NDArray[np.int32], in_memory: int, *, longest: int | None = None, whole: bool = False
+    ) -> Entry | None:
+        """The entry worth restoring for `prompt` when memory offers `in_memory` tokens of it: one that saves
+        reading at least half the minimum more (a file read is not free either). Entries of more than
+        `longest` tokens (stored with a longer context) do not count; `whole` as in `best`. A lookup that
+        finds nothing counts as a miss; a prompt whose rest is short is not looked up at all."""
+        if len(prompt) - in_memory < self.min_tokens:
+            return None  # what is left to read is short: not worth a lookup
+        found = self.best(prompt, better_than=in_memory + self.min_tokens // 2, whole=whole)
+        if found is None or (longest is not None and len(found[0].tokens) > longest):
+            self.record_miss()
+            return None
+        return found[0]
 
     def covers(self, tokens: npt.NDArray[np.int32], *, truncatable: bool) -> bool:
         """Whether an entry already holds these tokens (or, where a state can be cut, more after them):
@@ -441,6 +459,10 @@ class PromptDiskCache:
         with self._lock:
             self._entries.pop(entry.path, None)
 
+    def discard(self, entry: Entry, why: str) -> None:
+        """Remove an entry that passed its checksum but that the engine cannot take back (one log line)."""
+        self._discard(entry, why)
+
     def _discard(self, entry: Entry, why: str) -> None:
         self.tally.corrupt += 1
         log.warning("prompt cache: removed %s: %s", entry.path.name, why)
@@ -617,7 +639,15 @@ def for_model(key: CacheKey, folder: str | None, gigabytes: float | None) -> Pro
     if budget <= 0:
         return None
     try:
-        return PromptDiskCache(folder=where, budget=budget, key=key)
+        cache = PromptDiskCache(folder=where, budget=budget, key=key)
     except OSError as err:  # an unreadable folder: serve without the cache
         log.warning("prompt cache: %s cannot be used (%s); serving without it", where, err)
         return None
+    log.info(
+        "prompt cache: %s holds %d prefixes of %s (budget %s; --prompt-cache-gb 0 turns it off)",
+        where,
+        cache.entry_count(),
+        key.model,
+        format_bytes(budget),
+    )
+    return cache
