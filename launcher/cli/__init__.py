@@ -45,6 +45,7 @@ COMMANDS: dict[str, str] = {
     "ps": "list the models a running server has loaded, or unload one",
     "handoff": "turn the plan into a vLLM or SGLang deployment for bigger machines",
     "remote": "add, list or remove OpenAI-compatible endpoints whose models the server serves as NAME/model",
+    "cache": "list or clear the prompt cache on disk (prompt prefixes kept across server restarts)",
 }
 
 
