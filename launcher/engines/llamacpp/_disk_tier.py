@@ -58,14 +58,9 @@ class DiskTier:
 
     def candidate(self, prompt: npt.NDArray[np.int32], in_memory: int) -> Entry | None:
         """The stored entry worth restoring for `prompt` when memory offers `in_memory` tokens of it: one
-        that saves reading at least half the cache's minimum more (a file read is not free either)."""
-        if len(prompt) - in_memory < self.cache.min_tokens:
-            return None  # what is left to read is short: not worth a lookup
-        found = self.cache.best(prompt, better_than=in_memory + self.cache.min_tokens // 2)
-        if found is None or len(found[0].tokens) > self._context:  # stored with a longer --context
-            self.cache.record_miss()
-            return None
-        return found[0]
+        that saves reading at least half the cache's minimum more (`PromptDiskCache.candidate`), and
+        fits this context (one stored with a longer --context does not)."""
+        return self.cache.candidate(prompt, in_memory, longest=self._context)
 
     def restore(self, seq_id: int, entry: Entry) -> Restored | None:
         """Put `entry`'s state into `seq_id` (emptied first); None when it could not be (it is then empty)."""

@@ -10,6 +10,8 @@ removes sequences mid-flight. We keep admission (at most `parallel` sequences), 
 cancellation and event delivery (`_scheduler_base`). Prompt caching is mlx-lm's `LRUPromptCache`:
 a finished request's KV cache is kept under its tokens, and a later prompt starts from the longest
 cached prefix (trimmed with mlx-lm's cache trimming when the cached entry runs past the shared part).
+Under it, the prompt cache on disk (`_disk_tier`): a finished sequence's KV cache is also written
+there, and a prompt that memory serves much less of than the disk starts from a stored entry.
 
 Known limitation of mlx's Linux CPU build (0.32): once a non-main thread has run ops large enough
 to be split across CPU workers (e.g. a prompt longer than one prefill step), the process may abort
@@ -29,8 +31,10 @@ from typing import Any
 
 from launcher.engines._scheduler_base import Occupancy, SchedulerThread
 from launcher.engines.base import FinishReason, GenerationEvent, GenerationRequest, TokenLogprob
+from launcher.engines.mlx._disk_tier import DiskTier, reusable
 from launcher.engines.mlx._sampling import GrammarProcessor, make_processors, make_sampler
 from launcher.engines.mlx._tokens import IncrementalText, TokenizerAccess
+from launcher.engines.prompt_cache import PromptDiskCache
 
 log = logging.getLogger("launcher.engines.mlx")
 
@@ -52,6 +56,7 @@ class Job:
     grammar: GrammarProcessor | None = None  # the request's constraint, compiled when it was made
     generated: int = 0
     cached_prompt_tokens: int = 0
+    disk_prompt_tokens: int = 0  # of cached_prompt_tokens, those put back from the prompt cache on disk
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,9 @@ class Scheduler(SchedulerThread[Job]):
         self._tokens: TokenizerAccess | None = None
         self._eos: list[list[int]] = []
         self._n_vocab = 0
+        self._disk: DiskTier | None = None
+        self._layer_classes: list[str] = []  # of a fresh KV cache of the model, and whether all can be cut back
+        self._trimmable = True
         self.memory: dict[str, int] = {}
 
     # ----- called from other threads -----------------------------------------------------------
@@ -93,11 +101,21 @@ class Scheduler(SchedulerThread[Job]):
         assert self.loaded is not None
         return self.loaded
 
-    def configure(self, tokens: TokenizerAccess, eos_ids: list[int], n_vocab: int) -> None:
+    def configure(
+        self, tokens: TokenizerAccess, eos_ids: list[int], n_vocab: int, disk_cache: PromptDiskCache | None = None
+    ) -> None:
         """Facts the steps need, known once the model and tokenizer are loaded (before any submit)."""
         self._tokens = tokens
         self._eos = [[t] for t in eos_ids]
         self._n_vocab = n_vocab
+        if disk_cache is not None and disk_cache.enabled:
+            self._disk = DiskTier(disk_cache, self._layer_classes, self._trimmable)
+
+    @property
+    def cache_layout(self) -> str:
+        """The model's KV cache kinds, for the prompt cache's key (known once started)."""
+        kinds = ", ".join(sorted(set(self._layer_classes)))
+        return f"{len(self._layer_classes)} layers: {kinds}"
 
     # ----- the scheduler base's hooks ------------------------------------------------------------
 
@@ -113,7 +131,7 @@ class Scheduler(SchedulerThread[Job]):
     def _thread_start(self) -> bool:
         import mlx.core as mx
         from mlx_lm.generate import BatchGenerator
-        from mlx_lm.models.cache import LRUPromptCache
+        from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, make_prompt_cache
 
         try:
             self.loaded = self._loader()
@@ -131,6 +149,9 @@ class Scheduler(SchedulerThread[Job]):
             stream=stream,
         )
         self._cache = LRUPromptCache(max_size=max(4, 2 * self._parallel), max_bytes=self._cache_bytes)
+        template = make_prompt_cache(self.loaded.model)
+        self._layer_classes = [type(layer).__name__ for layer in template]
+        self._trimmable = bool(can_trim_prompt_cache(template))
         self._update_memory()
         self._ready.set()
         return True
@@ -155,18 +176,29 @@ class Scheduler(SchedulerThread[Job]):
         _prompt_responses, responses = self._generator.next()
         self._tally.decode_tokens += len(responses)
         failed: list[int] = []
+        finished: list[tuple[list[int], Any]] = []
         for response in responses:
             owner = self._running.get(response.uid)
-            if owner is not None and not self._deliver(owner, response):
+            if owner is None:
+                continue
+            if response.finish_reason is not None and response.prompt_cache is not None:
+                # all_tokens are exactly what the KV cache holds: mlx-lm runs each token it returns through
+                # the model before returning it, the last one included.
+                tokens = list(response.all_tokens)
+                self._cache.insert_cache(_CACHE_KEY, tokens, response.prompt_cache)
+                finished.append((tokens, response.prompt_cache))
+            if not self._deliver(owner, response):
                 failed.append(owner.uid)
         if failed:
             self._generator.remove(failed)
+        if finished and self._disk is not None:
+            self._events.flush()  # the replies end now; copying their states out for the disk takes a while
+            for tokens, caches in finished:
+                self._disk.save(tokens, caches)
         self._update_memory()
 
     def _deliver(self, job: Job, response: Any) -> bool:
         """Turn one generated token into events; False when the job ended but mlx-lm still runs it."""
-        if response.finish_reason is not None and response.prompt_cache is not None:
-            self._cache.insert_cache(_CACHE_KEY, list(response.all_tokens), response.prompt_cache)
         if job.grammar is not None and job.grammar.failed:
             self._finish(job, "error", f"constrained decoding failed: {job.grammar.failed}")
             return response.finish_reason is not None
@@ -209,6 +241,10 @@ class Scheduler(SchedulerThread[Job]):
         request = job.request
         prompt = list(request.prompt_tokens)
         prompt_cache, rest = self._cache.fetch_nearest_cache(_CACHE_KEY, prompt)
+        disk_seconds: float | None = None
+        from_disk = self._restore_from_disk(prompt, in_memory=len(prompt) - len(rest))
+        if from_disk is not None:
+            (prompt_cache, rest), disk_seconds = from_disk
         if prompt_cache is not None and not rest:
             # The whole prompt is cached; read its last token again to get the next-token logits.
             if can_trim_prompt_cache(prompt_cache):
@@ -217,6 +253,10 @@ class Scheduler(SchedulerThread[Job]):
             else:
                 prompt_cache, rest = None, prompt
         reused = len(prompt) - len(rest)
+        job.disk_prompt_tokens = 0
+        if disk_seconds is not None and self._disk is not None:
+            job.disk_prompt_tokens = reused
+            self._disk.cache.record_restore(reused, disk_seconds)
         self._tally.prefix_lookup(reused)
         self._tally.prefill_tokens += len(rest)
         processors = make_processors(request.sampling, self._n_vocab, self._flat_eos() if request.ignore_eos else ())
@@ -235,6 +275,23 @@ class Scheduler(SchedulerThread[Job]):
         job.text = IncrementalText(self._tokens, prompt)
         self._running[uid] = job
 
+    def _restore_from_disk(self, prompt: list[int], in_memory: int) -> tuple[tuple[list[Any], list[int]], float] | None:
+        """When the prompt cache on disk holds more of `prompt` than memory does: that entry's caches, cut
+        to `prompt`, the tokens left to read, and the seconds it took; None to go on from memory. The
+        entry also goes into the LRUPromptCache, so the next prompts sharing it start from memory."""
+        if self._disk is None:
+            return None
+        entry = self._disk.candidate(prompt, in_memory)
+        if entry is None:
+            return None
+        restored = self._disk.restore(entry)
+        usable = None if restored is None else reusable(restored, prompt)
+        if restored is None or usable is None or len(usable[1]) >= len(prompt) - in_memory:
+            self._disk.cache.record_miss()
+            return None
+        self._cache.insert_cache(_CACHE_KEY, restored.tokens, restored.caches)
+        return usable, restored.seconds
+
     def _flat_eos(self) -> list[int]:
         return [seq[0] for seq in self._eos]
 
@@ -245,6 +302,7 @@ class Scheduler(SchedulerThread[Job]):
             reason,
             text=tail,
             cached_prompt_tokens=job.cached_prompt_tokens,
+            disk_prompt_tokens=job.disk_prompt_tokens,
             completion_tokens=job.generated,
             error=error,
         )

@@ -28,6 +28,7 @@ from launcher.engines.mlx._scheduler import Loaded, Scheduler
 from launcher.engines.mlx._tokens import TokenizerAccess
 from launcher.engines.mlx.model import MlxModel
 from launcher.engines.mlx.spec import SPEC
+from launcher.engines.prompt_cache import CacheKey, file_identity, for_model
 from launcher.hardware.machine import Machine
 
 log = logging.getLogger("launcher.engines.mlx")
@@ -105,6 +106,7 @@ class MlxEngine:
             cache_bytes=max(1, cache_tokens * _kv_bytes_per_token(model_config, quant)),
         )
         loaded = scheduler.start()
+        disk_cache = None
         try:
             # mlx-lm's TokenizerWrapper keeps the transformers tokenizer as `_tokenizer`; llguidance needs it.
             tokens = TokenizerAccess(getattr(loaded.tokenizer, "_tokenizer", loaded.tokenizer))
@@ -112,9 +114,22 @@ class MlxEngine:
             n_vocab = max(_int(loaded.config.get("vocab_size")) or 0, len(loaded.tokenizer))
             grammars = GrammarCompiler(tokens.hf, n_vocab, info.eos_token_ids)
             grammars.prepare()
-            return MlxModel(scheduler, info, tokens, grammars, n_vocab)
+            key = CacheKey(
+                model=model.name,
+                engine="mlx",
+                facts={
+                    "weights": file_identity(path),
+                    "engine_version": f"mlx {_version('mlx')}, mlx-lm {_version('mlx-lm')}",
+                    "quant": quant or "",
+                    "kv_layout": scheduler.cache_layout,
+                },
+            )
+            disk_cache = for_model(key, config.prompt_cache_dir, config.prompt_cache_gb)
+            return MlxModel(scheduler, info, tokens, grammars, n_vocab, disk_cache)
         except BaseException:
             scheduler.stop()
+            if disk_cache is not None:
+                disk_cache.close()
             raise
 
 

@@ -20,6 +20,7 @@ from launcher.engines.base import Constraint, EngineStats, GenerationEvent, Gene
 from launcher.engines.mlx._sampling import ConstraintError, GrammarCompiler, GrammarProcessor
 from launcher.engines.mlx._scheduler import Job, Scheduler
 from launcher.engines.mlx._tokens import TokenizerAccess
+from launcher.engines.prompt_cache import PromptDiskCache, with_cache_stats
 
 log = logging.getLogger("launcher.engines.mlx")
 
@@ -34,6 +35,7 @@ class MlxModel:
         tokens: TokenizerAccess,
         grammars: GrammarCompiler,
         n_vocab: int,
+        disk_cache: PromptDiskCache | None = None,
     ) -> None:
         self.info = info
         self._scheduler = scheduler
@@ -42,7 +44,8 @@ class MlxModel:
         self._n_vocab = n_vocab
         self._closed = False
         self._process = psutil.Process()
-        scheduler.configure(tokens, list(info.eos_token_ids), n_vocab)
+        self._disk_cache = disk_cache
+        scheduler.configure(tokens, list(info.eos_token_ids), n_vocab, disk_cache)
 
     # ----- vocabulary ------------------------------------------------------------------------
 
@@ -98,13 +101,17 @@ class MlxModel:
         memory = dict(self._scheduler.memory)
         with contextlib.suppress(psutil.Error):  # the gauge simply lacks this entry for one scrape
             memory["process_rss"] = int(self._process.memory_info().rss)
-        return self._scheduler.engine_stats(
+        stats = self._scheduler.engine_stats(
             kv_total_tokens=self.info.context_length * self.info.parallel, memory=memory
         )
+        return with_cache_stats(stats, self._disk_cache)
 
     def close(self) -> None:
-        """Stop the scheduler thread (open requests end as cancelled); the thread frees the model."""
+        """Stop the scheduler thread (open requests end as cancelled; the thread frees the model), then
+        wait for the prompt cache's last writes."""
         if self._closed:
             return
         self._closed = True
         self._scheduler.stop()
+        if self._disk_cache is not None:
+            self._disk_cache.close()
