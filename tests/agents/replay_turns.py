@@ -25,21 +25,34 @@ from pathlib import Path
 from launcher.core.config import ServeConfig
 from launcher.server.app import create_app
 from tests.agents.capture import CapturedRequest, RequestCapture
-from tests.agents.clis import install, wanted
-from tests.agents.conftest import GENERATION_PATHS, ROUND_TRIP_PROMPT, drive, fresh_workspace, start_starter
+from tests.agents.clis import connect, install, wanted
+from tests.agents.conftest import (
+    GENERATION_PATHS,
+    ROUND_TRIP_PROMPT,
+    Workspace,
+    drive,
+    fresh_workspace,
+    start_starter,
+)
 from tests.agents.headless import HEADLESS
 from tests.agents.replay import Replayed, replay
 from tests.agents.scripted import COMMAND, scripted_model
 from tests.server.harness import running_app
 
 
-def capture_turns(agent_id: str, command: str, root: Path) -> list[CapturedRequest]:
-    """Run the agent's round trip against the scripted engine; its generation requests."""
+def capture_turns(agent_id: str, command: str, root: Path, prompt: str = ROUND_TRIP_PROMPT) -> list[CapturedRequest]:
+    """Run the agent's round trip against the scripted engine; its generation requests. A `root` used
+    before keeps its HOME and work folder: a second session of the same user in the same folder."""
     cli = next(c for c in wanted() if c.id == agent_id)
     install(cli)
     capture = RequestCapture(create_app(scripted_model(command), ServeConfig(port=0)))
     with running_app(capture) as url:
-        run = drive(cli, fresh_workspace(root, agent_id, url), ROUND_TRIP_PROMPT, tools=True, test="round trip")
+        if (root / "work").is_dir():
+            connect(agent_id, url, root / "home")  # the new server's URL
+            workspace = Workspace(root / "home", root / "work")
+        else:
+            workspace = fresh_workspace(root, agent_id, url)
+        run = drive(cli, workspace, prompt, tools=True, test="round trip")
     print(f"{cli.id} {cli.version}: round trip exit {run.returncode} in {run.seconds:.1f} s")
     return [r for r in capture.requests if r.method == "POST" and r.path.endswith(GENERATION_PATHS)]
 
