@@ -115,6 +115,9 @@ class GenerationRequest:
     logprobs: int | None = None  # None = off; N = also return the top-N alternatives
     ignore_eos: bool = False
     request_id: str = ""
+    # Prompt positions worth a sliding-window checkpoint besides the engine's own (where the user's part
+    # of a chat begins: launcher/server/checkpoint_hints.py); engines without such layers ignore them.
+    checkpoint_hints: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import anyio
 
 from launcher.engines.base import TokenLogprob
 from launcher.server.body import loads_checked
+from launcher.server.checkpoint_hints import MIN_PROMPT_TOKENS, checkpoint_hints
 from launcher.server.control_text import restore
 from launcher.server.errors import ApiError, bad_request
 from launcher.server.generation import (
@@ -326,6 +327,18 @@ def _prepare(slot: ModelSlot, options: ChatOptions) -> tuple[str, list[int]]:
     return restore(text, literals), tokens
 
 
+def _hints(slot: ModelSlot, options: ChatOptions, tokens: list[int]) -> tuple[int, ...]:
+    """Where the model should save checkpoints in this prompt (checkpoint_hints), for engines that ask."""
+    if not getattr(slot.model, "wants_checkpoint_hints", False) or len(tokens) < MIN_PROMPT_TOKENS:
+        return ()
+    shield = slot.control_text()
+    messages, literals = shield.shield(options.messages)
+    tools = options.tools if options.tool_choice != "none" else []
+    text = slot.template.render(messages, tools or None)
+    add_special = needs_bos(slot.model, text, slot.template.bos_token)
+    return checkpoint_hints(shield, text, messages, literals, tokens, add_special=add_special)
+
+
 async def prepare_prompt(slot: ModelSlot, options: ChatOptions) -> tuple[str, list[int]]:
     """`_prepare` on a worker thread: rendering and tokenizing a long conversation takes a while, and
     every other request (and /health) would wait for it on the event loop."""
@@ -344,6 +357,7 @@ async def start_chat(slot: ModelSlot, options: ChatOptions) -> ChatRun:
     model, template = slot.model, slot.template
     check_options(options)
     text, prompt = await prepare_prompt(slot, options)
+    hints = await anyio.to_thread.run_sync(_hints, slot, options, prompt)
     constraint = options.settings.constraint
     tool_format: ToolFormat | None = None
     constrained = False
@@ -356,7 +370,13 @@ async def start_chat(slot: ModelSlot, options: ChatOptions) -> ChatRun:
         tool_format = None  # a JSON reply was asked for; do not read it as a call
     settings = replace(options.settings, constraint=constraint)
     generation = await start_generation(
-        model, slot.metrics, prompt, settings, output_cap=slot.config.max_output_tokens, live=slot.live
+        model,
+        slot.metrics,
+        prompt,
+        settings,
+        output_cap=slot.config.max_output_tokens,
+        live=slot.live,
+        checkpoint_hints=hints,
     )
     thinking: ReplySplitter | None = None
     if constraint is None and detect_tool_format(template.source) == "harmony":

@@ -340,6 +340,7 @@ async def start_generation(
     *,
     output_cap: int | None = None,
     live: weakref.WeakSet[Generation] | None = None,
+    checkpoint_hints: tuple[int, ...] = (),
 ) -> Generation:
     """Start generating; raises ApiError 400 (prompt too long) or 429 (queue full) before any output.
 
@@ -372,6 +373,7 @@ async def start_generation(
         logprobs=settings.logprobs,
         ignore_eos=settings.ignore_eos,
         request_id=settings.request_id,
+        checkpoint_hints=checkpoint_hints,
     )
     prepare = getattr(model, "prepare_constraint", None)  # engines whose schema compile is worth a thread
     if prepare is not None and request.constraint is not None:

@@ -87,3 +87,38 @@ def test_a_model_swapped_out_and_back_restores_its_prompt(tmp_path: Path) -> Non
     assert _cached(again) == _prompt(again) - 1
     assert _text(again) == _text(first)
     assert len({entry.path.parent for entry in prompt_cache.list_entries(cache)}) == 2  # a folder per model
+
+
+def test_a_new_session_of_a_sliding_window_model_restores_up_to_the_users_words(
+    tiny_swa_gguf: Path, tmp_path: Path
+) -> None:
+    # As Claude Code sends it: system prompt and tools, a user message of reminders then the request,
+    # then a long system message (the environment). Two sessions differ in the request only.
+    reminder = "<system-reminder>Use the tools. Keep answers short.</system-reminder>\n"
+    environment = "# Environment\nWorking directory: /work. Platform: linux. Shell: bash.\n" * 30
+
+    def session(question: str) -> list[dict[str, str]]:
+        return [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": reminder + question},
+            {"role": "system", "content": environment},
+        ]
+
+    cache = tmp_path / "prompts"
+    flags = ("--prompt-cache-dir", str(cache), "--context", "4096")
+    answers = []
+    for question in ("Create the file proof.txt, then say you are done.", "Now list the files in this folder."):
+        server = _serve(tmp_path / "home", str(tiny_swa_gguf), *flags)
+        try:
+            body = {"model": "m", "messages": session(question), "max_tokens": 8, "temperature": 0}
+            response = httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=300)
+            answers.append(response.json())
+        finally:
+            server.stop()
+    first, second = answers
+    assert _cached(first) == 0
+    # The prompt is ~3,100 tokens: system 1,370, reminder 50, the request, the environment 1,650. The
+    # engine's own checkpoints (4-4,100 tokens before the end) all lie past where the sessions part,
+    # so without the server's hint nothing would be restored; with it, all up to the request's line.
+    assert _cached(second) >= 1370 + 50
+    assert _cached(second) < _prompt(second) - 1650

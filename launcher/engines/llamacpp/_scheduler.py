@@ -312,7 +312,8 @@ class Scheduler(SchedulerThread[Job]):
             self._ll.llama_memory_seq_rm(self._mem, slot.seq_id, -1, -1)
         self._window.forget(slot.seq_id, reuse)
         slot.n_cached = reuse
-        slot.checkpoint_at = self._window.plan(len(prompt), reuse, self._batch.capacity)
+        hints = job.request.checkpoint_hints
+        slot.checkpoint_at = self._window.plan(len(prompt), reuse, self._batch.capacity, hints)
         self._tally.prefix_lookup(reuse)
         slot.job, slot.sampler = job, sampler
         slot.pending_token, slot.out_index, slot.n_generated = -1, -1, 0

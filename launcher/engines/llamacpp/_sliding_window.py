@@ -49,11 +49,12 @@ class Checkpoint:
     order: int = field(default_factory=lambda: next(_order))
 
 
-def checkpoint_positions(prompt_tokens: int, start: int, batch_tokens: int) -> list[int]:
-    """Where a request reading `prompt_tokens` from `start` saves checkpoints, in order."""
+def checkpoint_positions(prompt_tokens: int, start: int, batch_tokens: int, hints: Iterable[int] = ()) -> list[int]:
+    """Where a request reading `prompt_tokens` from `start` saves checkpoints, in order (`hints`: the
+    server's positions too, where the user's part of a chat begins)."""
     tail = prompt_tokens - TAIL_TOKENS
     del batch_tokens  # chunks end at these positions whatever the batch size
-    wanted = {tail, *(tail - distance for distance in _BEFORE_TAIL)}
+    wanted = {tail, *(tail - distance for distance in _BEFORE_TAIL), *(h for h in hints if h < tail)}
     return sorted(position for position in wanted if position > start)
 
 
@@ -195,9 +196,11 @@ class SlidingWindow:
         log.info("reading the whole prompt: it shares %d tokens with a cached one, but %s", reuse, why)
         return 0
 
-    def plan(self, prompt_tokens: int, start: int, batch_tokens: int) -> list[int]:
+    def plan(self, prompt_tokens: int, start: int, batch_tokens: int, hints: Iterable[int] = ()) -> list[int]:
         """Where a request reading its prompt from `start` saves checkpoints (none without a store)."""
-        return checkpoint_positions(prompt_tokens, start, batch_tokens) if self.store is not None else []
+        if self.store is None:
+            return []
+        return checkpoint_positions(prompt_tokens, start, batch_tokens, hints)
 
     def save(self, seq_id: int, n_tokens: int) -> None:
         """Save `seq_id`'s window as having read `n_tokens` tokens, if the bounds allow."""

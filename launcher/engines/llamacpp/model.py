@@ -152,6 +152,11 @@ class LlamaCppModel:
 
     # ----- generation ------------------------------------------------------------------------
 
+    @property
+    def wants_checkpoint_hints(self) -> bool:
+        """True when the server's checkpoint positions are used: a sliding-window model with checkpoints."""
+        return self._checkpoints is not None and self._checkpoints.enabled
+
     def prepare_constraint(self, constraint: Constraint) -> None:
         """Compile `constraint` ahead, on the caller's worker thread: `generate`, which runs on the event
         loop, then finds its grammar in the cache. A constraint that cannot compile is left for

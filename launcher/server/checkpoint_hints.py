@@ -1,0 +1,84 @@
+"""Where in a chat prompt a sliding-window model should save checkpoints: where the user's part begins.
+
+A sliding-window model can reuse a cached prefix only up to a checkpoint (see the llama.cpp engine's
+`_sliding_window`). The engine saves some at fixed distances before a prompt's end, which serves the
+next turn of the same conversation. A new session of the same agent (after a restart, from the
+prompt cache on disk) shares the system prompt, the tools and the context reminders, and parts where
+the user's words begin: somewhere in the last user message, which is where the server can point.
+Positions found here go to the engine as hints (`GenerationRequest.checkpoint_hints`); a wrong one
+costs a checkpoint, never a wrong answer.
+
+Measured with two Claude Code sessions in one folder on the starter model: the first prompt of the
+second session (11,911 tokens) shares 9,695 with the first; the fixed positions restore 7,839
+(66%), the start of the user's line 9,695 (81%).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from launcher.server.control_text import ControlText
+
+MIN_PROMPT_TOKENS = 1024
+"""Shorter prompts are read again quickly: no hints."""
+MAX_HINTS = 3
+"""The engine keeps a few checkpoints per sequence; these are the last ones before the end."""
+_SNIPPET_CHARS = 120  # how much of a message's text is searched for in the rendered prompt
+
+
+def checkpoint_hints(
+    shield: ControlText,
+    rendered: str,
+    messages: list[dict[str, Any]],
+    literals: list[str],
+    tokens: list[int],
+    *,
+    add_special: bool,
+) -> tuple[int, ...]:
+    """Token positions in `tokens` (the prompt `rendered` from the shielded `messages`) where the last user
+    message and its last line begin, and where each message after it begins."""
+    if len(tokens) < MIN_PROMPT_TOKENS:
+        return ()
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
+    if last_user is None:
+        return ()
+    offsets: set[int] = set()
+    for message in messages[last_user:]:
+        text = _text_of(message.get("content"))
+        for anchor in _anchors(text):
+            found = rendered.rfind(anchor[:_SNIPPET_CHARS])
+            if found > 0:
+                offsets.add(found)
+    positions: set[int] = set()
+    for offset in sorted(offsets):
+        prefix = shield.tokenize(rendered[:offset], literals, add_special=add_special)
+        shared = _common_prefix(prefix, tokens)
+        if 0 < shared < len(tokens) - 1:
+            positions.add(shared)
+    return tuple(sorted(positions)[-MAX_HINTS:])
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(part.get("text") or "") for part in content if isinstance(part, dict))
+    return ""
+
+
+def _anchors(text: str) -> list[str]:
+    """The message's text from its start, and from its last line (where a typed request usually is)."""
+    stripped = text.strip()
+    if not stripped:
+        return []
+    last_line = stripped.rsplit("\n", 1)[-1].strip()
+    return [stripped, last_line] if last_line and last_line != stripped else [stripped]
+
+
+def _common_prefix(prefix: list[int], tokens: list[int]) -> int:
+    shared = 0
+    for ours, theirs in zip(prefix, tokens, strict=False):
+        if ours != theirs:
+            break
+        shared += 1
+    return shared
