@@ -256,8 +256,7 @@ class PromptDiskCache:
         if problem is not None or not isinstance(parsed, tuple):
             self._discard(entry, problem or "unreadable")
             return None
-        header, payload = parsed
-        view = memoryview(payload)
+        header, view = parsed
         offset = 4 * int(header["n_tokens"])
         parts: dict[str, memoryview] = {}
         for name, size in entry.parts:
@@ -525,13 +524,14 @@ def _split_header(data: bytes) -> tuple[dict[str, Any], int] | str:
     return header, start + length
 
 
-def _parse(data: bytes, *, verify: bool) -> tuple[dict[str, Any], bytes] | str:
-    """A whole entry file: (header, payload), or what is wrong with it."""
+def _parse(data: bytes, *, verify: bool) -> tuple[dict[str, Any], memoryview] | str:
+    """A whole entry file: (header, payload), or what is wrong with it. The payload is a view of `data`:
+    an entry is tens to hundreds of MB, and a copy would cost as much as reading it."""
     split = _split_header(data)
     if isinstance(split, str):
         return split
     header, start = split
-    payload = data[start:]
+    payload = memoryview(data)[start:]
     expected = 4 * int(header["n_tokens"]) + sum(int(size) for _, size in header["parts"])
     if len(payload) != expected:
         return f"it is {len(payload)} bytes where its header says {expected} (a write was cut short)"
