@@ -335,8 +335,7 @@ def _hints(slot: ModelSlot, options: ChatOptions, tokens: list[int]) -> tuple[in
     messages, literals = shield.shield(options.messages)
     tools = options.tools if options.tool_choice != "none" else []
     text = slot.template.render(messages, tools or None)
-    add_special = needs_bos(slot.model, text, slot.template.bos_token)
-    return checkpoint_hints(shield, text, messages, literals, tokens, add_special=add_special)
+    return checkpoint_hints(shield, text, messages, literals, tokens)
 
 
 async def prepare_prompt(slot: ModelSlot, options: ChatOptions) -> tuple[str, list[int]]:
