@@ -41,7 +41,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -540,17 +540,21 @@ def _parse(data: bytes, *, verify: bool) -> tuple[dict[str, Any], memoryview] | 
     return header, payload
 
 
+def _read_header(handle: BinaryIO) -> tuple[dict[str, Any], int] | str:
+    """The header of an open entry file and where its payload starts (the file is left there)."""
+    start = handle.read(len(MAGIC) + 4)
+    if len(start) < len(MAGIC) + 4:
+        return "it is cut short"
+    length = int.from_bytes(start[len(MAGIC) :], "little")
+    return _split_header(start + handle.read(min(length, _HEADER_LIMIT)))
+
+
 def _read_index(path: Path) -> Entry | str:
     """An entry's index record from its header and tokens (the parts are checked when they are used)."""
     try:
         size = path.stat().st_size
         with path.open("rb") as handle:
-            start = handle.read(len(MAGIC) + 4)
-            if len(start) < len(MAGIC) + 4:
-                return "it is cut short"
-            length = int.from_bytes(start[len(MAGIC) :], "little")
-            head = start + handle.read(min(length, _HEADER_LIMIT))
-            split = _split_header(head)
+            split = _read_header(handle)
             if isinstance(split, str):
                 return split
             header, offset = split
@@ -571,9 +575,7 @@ def list_entries(folder: Path) -> list[EntryInfo]:
     for path, stat in _entry_files(folder):
         try:
             with path.open("rb") as handle:
-                start = handle.read(len(MAGIC) + 4)
-                length = int.from_bytes(start[len(MAGIC) :], "little") if len(start) == len(MAGIC) + 4 else 0
-                split = _split_header(start + handle.read(min(length, _HEADER_LIMIT)))
+                split = _read_header(handle)
         except OSError:
             continue
         if isinstance(split, str):

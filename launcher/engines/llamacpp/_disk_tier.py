@@ -15,7 +15,6 @@ the scheduler thread, which owns the context.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import time
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from launcher.engines.llamacpp._sliding_window import SlidingWindow
+from launcher.engines.llamacpp._sliding_window import SlidingWindow, byte_pointer
 from launcher.engines.prompt_cache import Entry, PromptDiskCache
 
 log = logging.getLogger("launcher.engines.llamacpp")
@@ -71,7 +70,8 @@ class DiskTier:
         if parts is None or _STATE not in parts:
             return None
         state = np.frombuffer(parts[_STATE], dtype=np.uint8)
-        read = int(self._ll.llama_state_seq_set_data_ext(self._ctx, _pointer(state), len(state), seq_id, _FULL_STATE))
+        pointer = byte_pointer(state)
+        read = int(self._ll.llama_state_seq_set_data_ext(self._ctx, pointer, len(state), seq_id, _FULL_STATE))
         if read <= 0:
             self._ll.llama_memory_seq_rm(self._mem, seq_id, -1, -1)
             log.info("prompt cache: llama.cpp could not take a %d-token stored state back", len(entry.tokens))
@@ -94,7 +94,7 @@ class DiskTier:
         if size <= 0 or size > cache.budget:
             return
         data = np.empty(size, dtype=np.uint8)
-        written = int(self._ll.llama_state_seq_get_data_ext(self._ctx, _pointer(data), size, seq_id, _FULL_STATE))
+        written = int(self._ll.llama_state_seq_get_data_ext(self._ctx, byte_pointer(data), size, seq_id, _FULL_STATE))
         if written <= 0:
             return
         parts: list[tuple[str, Any]] = [(_STATE, data[:written])]
@@ -105,7 +105,3 @@ class DiskTier:
                 if checkpoint.n_tokens <= len(tokens)
             ]
         cache.save(tokens, parts, replaces_prefixes=not sliding)
-
-
-def _pointer(data: npt.NDArray[np.uint8]) -> Any:
-    return data.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))

@@ -83,7 +83,7 @@ class CheckpointStore:
         if size <= 0 or size > self.budget_bytes:
             return False
         data = np.empty(size, dtype=np.uint8)
-        written = int(self._ll.llama_state_seq_get_data_ext(self._ctx, _pointer(data), size, seq_id, _SWA_ONLY))
+        written = int(self._ll.llama_state_seq_get_data_ext(self._ctx, byte_pointer(data), size, seq_id, _SWA_ONLY))
         if written <= 0:
             return False
         self.adopt(seq_id, n_tokens, data[:written])
@@ -123,7 +123,7 @@ class CheckpointStore:
     def restore(self, checkpoint: Checkpoint, seq_id: int) -> bool:
         """Put `checkpoint`'s SWA state into `seq_id` (its full-attention cells stay as they are)."""
         data = checkpoint.data
-        read = int(self._ll.llama_state_seq_set_data_ext(self._ctx, _pointer(data), len(data), seq_id, _SWA_ONLY))
+        read = int(self._ll.llama_state_seq_set_data_ext(self._ctx, byte_pointer(data), len(data), seq_id, _SWA_ONLY))
         if read > 0:
             self.restored += 1
         return read > 0
@@ -147,7 +147,8 @@ class CheckpointStore:
         return True
 
 
-def _pointer(data: npt.NDArray[np.uint8]) -> Any:
+def byte_pointer(data: npt.NDArray[np.uint8]) -> Any:
+    """A numpy byte buffer as the uint8 pointer llama.cpp's state functions take."""
     return data.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
 
 
