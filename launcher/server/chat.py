@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Literal, Protocol
 
 import anyio
 
 from launcher.engines.base import TokenLogprob
 from launcher.server.body import loads_checked
-from launcher.server.checkpoint_hints import MIN_PROMPT_TOKENS, checkpoint_hints
+from launcher.server.checkpoint_hints import checkpoint_hints
 from launcher.server.control_text import restore
 from launcher.server.errors import ApiError, bad_request
 from launcher.server.generation import (
@@ -312,8 +313,24 @@ class ColdStart:
             await self._run.aclose()
 
 
+@dataclass(frozen=True)
+class RenderedPrompt:
+    """A chat rendered for the model: its text, its tokens, and where the engine should save checkpoints."""
+
+    text: str
+    tokens: list[int]
+    checkpoint_hints: tuple[int, ...] = ()
+
+
 def _prepare(slot: ModelSlot, options: ChatOptions) -> tuple[str, list[int]]:
-    """The rendered prompt and its tokens; control-token text in the messages stays text (control_text)."""
+    """The rendered prompt and its tokens (no checkpoint hints: for counting)."""
+    rendered = _render(slot, options, hints=False)
+    return rendered.text, rendered.tokens
+
+
+def _render(slot: ModelSlot, options: ChatOptions, *, hints: bool) -> RenderedPrompt:
+    """The rendered prompt and its tokens; control-token text in the messages stays text (control_text).
+    With `hints`, and an engine that asks for them, also where the user's part begins (checkpoint_hints)."""
     model, template = slot.model, slot.template
     shield = slot.control_text()
     messages, literals = shield.shield(options.messages)
@@ -324,18 +341,10 @@ def _prepare(slot: ModelSlot, options: ChatOptions) -> tuple[str, list[int]]:
         raise bad_request(str(err), param="messages") from err
     check_prompt_chars(len(text), model.info.context_length)
     tokens = shield.tokenize(text, literals, add_special=needs_bos(model, text, template.bos_token))
-    return restore(text, literals), tokens
-
-
-def _hints(slot: ModelSlot, options: ChatOptions, tokens: list[int]) -> tuple[int, ...]:
-    """Where the model should save checkpoints in this prompt (checkpoint_hints), for engines that ask."""
-    if not getattr(slot.model, "wants_checkpoint_hints", False) or len(tokens) < MIN_PROMPT_TOKENS:
-        return ()
-    shield = slot.control_text()
-    messages, literals = shield.shield(options.messages)
-    tools = options.tools if options.tool_choice != "none" else []
-    text = slot.template.render(messages, tools or None)
-    return checkpoint_hints(shield, text, messages, literals, tokens)
+    found: tuple[int, ...] = ()
+    if hints and getattr(model, "wants_checkpoint_hints", False):
+        found = checkpoint_hints(shield, text, messages, literals, tokens)
+    return RenderedPrompt(restore(text, literals), tokens, found)
 
 
 async def prepare_prompt(slot: ModelSlot, options: ChatOptions) -> tuple[str, list[int]]:
@@ -355,8 +364,8 @@ async def start_chat(slot: ModelSlot, options: ChatOptions) -> ChatRun:
     """Render, check and start a chat generation on a loaded model (errors are raised before any output)."""
     model, template = slot.model, slot.template
     check_options(options)
-    text, prompt = await prepare_prompt(slot, options)
-    hints = await anyio.to_thread.run_sync(_hints, slot, options, prompt)
+    rendered = await anyio.to_thread.run_sync(partial(_render, slot, options, hints=True))
+    text, prompt = rendered.text, rendered.tokens
     constraint = options.settings.constraint
     tool_format: ToolFormat | None = None
     constrained = False
@@ -375,7 +384,7 @@ async def start_chat(slot: ModelSlot, options: ChatOptions) -> ChatRun:
         settings,
         output_cap=slot.config.max_output_tokens,
         live=slot.live,
-        checkpoint_hints=hints,
+        checkpoint_hints=rendered.checkpoint_hints,
     )
     thinking: ReplySplitter | None = None
     if constraint is None and detect_tool_format(template.source) == "harmony":

@@ -18,7 +18,7 @@ Not a test: it prints figures (a Markdown table) for docs/benchmarks.md. Every s
    a request to b (a is unloaded), a's turn again (b unloaded, a loaded, its prompt from disk).
 6. (e) with --llama-server: the native server of the same llama.cpp, same context, slots and threads,
    gets the same prompt tokens (the launcher's rendered prompt, captured in step 2 by a patched
-   `launcher.server.chat._prepare`) on /completion: cold, POST /slots/0?action=save, restart,
+   `launcher.server.chat._render`) on /completion: cold, POST /slots/0?action=save, restart,
    POST /slots/N?action=restore, the same prompt again.
 """
 
@@ -55,18 +55,18 @@ TARGET_RATIO = 10.0
 TARGET_RESTART_SHARE = 0.95
 TARGET_SESSION_SHARE = 0.80
 
-# `launcher serve` with `_prepare` wrapped: every rendered prompt's tokens are appended to DUMP as a
+# `launcher serve` with `_render` wrapped: every rendered prompt's tokens are appended to DUMP as a
 # JSON line, so the native server can be given exactly the tokens our engine read.
 _DUMP_PATCH = """
 import json, sys
 import launcher.server.chat as chat
-_prepare = chat._prepare
-def _dumping(slot, options):
-    text, tokens = _prepare(slot, options)
+_render = chat._render
+def _dumping(slot, options, **how):
+    rendered = _render(slot, options, **how)
     with open({dump!r}, "a") as out:
-        out.write(json.dumps([int(t) for t in tokens]) + "\\n")
-    return text, tokens
-chat._prepare = _dumping
+        out.write(json.dumps([int(t) for t in rendered.tokens]) + "\\n")
+    return rendered
+chat._render = _dumping
 from launcher.cli import main
 sys.exit(main(sys.argv[1:]))
 """
