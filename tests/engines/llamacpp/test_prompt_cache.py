@@ -29,12 +29,16 @@ def _load(path: Path, folder: Path, **config: object) -> LlamaCppModel:
     return load(path, **{**options, **config})
 
 
-async def _generate_and_close(path: Path, folder: Path, prompt: list[int], max_tokens: int) -> Outcome:
-    model = _load(path, folder)
+async def _read_once(
+    path: Path, folder: Path, text: str, max_tokens: int = 12, **config: object
+) -> tuple[list[int], Outcome]:
+    """Load, generate greedily after `text`, close (which waits for the prompt cache's writes)."""
+    model = _load(path, folder, **config)
     try:
-        return await run(model, greedy(prompt, max_tokens))
+        prompt = model.tokenize(text, add_special=True)
+        return prompt, await run(model, greedy(prompt, max_tokens))
     finally:
-        model.close()  # waits for the prompt cache's writes
+        model.close()
 
 
 @pytest.mark.parametrize("fixture", ["tiny_gguf", "tiny_swa_gguf"])
@@ -92,23 +96,14 @@ async def test_a_damaged_entry_is_reported_removed_and_read_cold(
     tiny_gguf: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     folder = tmp_path / "prompts"
-    model = _load(tiny_gguf, folder)
-    prompt = model.tokenize(_SYSTEM)
-    try:
-        cold = await run(model, greedy(prompt, 12))
-    finally:
-        model.close()
+    _, cold = await _read_once(tiny_gguf, folder, _SYSTEM)
     (entry,) = prompt_cache.list_entries(folder)
     data = bytearray(entry.path.read_bytes())
     data[-100] ^= 0xFF  # one flipped byte deep in the KV state
     entry.path.write_bytes(bytes(data))
 
-    model = _load(tiny_gguf, folder)
-    try:
-        with caplog.at_level(logging.WARNING, logger="launcher.engines.prompt_cache"):
-            again = await run(model, greedy(prompt, 12))
-    finally:
-        model.close()
+    with caplog.at_level(logging.WARNING, logger="launcher.engines.prompt_cache"):
+        _, again = await _read_once(tiny_gguf, folder, _SYSTEM)
     assert again.last.disk_prompt_tokens == 0
     assert again.tokens == cold.tokens
     assert any("checksum" in record.getMessage() for record in caplog.records)
@@ -120,12 +115,7 @@ async def test_a_write_cut_short_or_another_models_entry_is_never_used(
     tiny_gguf: Path, tiny_swa_gguf: Path, tmp_path: Path
 ) -> None:
     folder = tmp_path / "prompts"
-    model = _load(tiny_gguf, folder)
-    prompt = model.tokenize(_SYSTEM)
-    try:
-        cold = await run(model, greedy(prompt, 12))
-    finally:
-        model.close()
+    prompt, cold = await _read_once(tiny_gguf, folder, _SYSTEM)
     (entry,) = prompt_cache.list_entries(folder)
     whole = entry.path.read_bytes()
     # a process killed mid-write leaves its temporary file (never an entry) or, were the rename
@@ -133,11 +123,7 @@ async def test_a_write_cut_short_or_another_models_entry_is_never_used(
     entry.path.with_name(f".{entry.path.name}.999.1.tmp").write_bytes(whole[: len(whole) // 2])
     entry.path.write_bytes(whole[: len(whole) - 1000])
     # the same prompt's entry from another model, copied into this model's folder
-    other = _load(tiny_swa_gguf, tmp_path / "other")
-    try:
-        await run(other, greedy(prompt, 12))
-    finally:
-        other.close()
+    await _read_once(tiny_swa_gguf, tmp_path / "other", _SYSTEM)
     (foreign,) = prompt_cache.list_entries(tmp_path / "other")
     entry.path.with_name("f" * 32 + ".lpc").write_bytes(foreign.path.read_bytes())
 
@@ -189,17 +175,9 @@ def model_key_dir(folder: Path, model: LlamaCppModel) -> str:
 
 async def test_the_starter_model_restored_from_disk_answers_as_read_cold(starter_gguf: Path, tmp_path: Path) -> None:
     folder = tmp_path / "prompts"
-    model = _load(starter_gguf, folder, parallel=1)
-    try:
-        prompt = model.tokenize(_SYSTEM + "\n\nUser: which tool lists the files?\nAssistant:", add_special=True)
-        cold = await run(model, greedy(prompt, 16))
-    finally:
-        model.close()
-    model = _load(starter_gguf, folder, parallel=1)
-    try:
-        warm = await run(model, greedy(prompt, 16))
-    finally:
-        model.close()
+    text = _SYSTEM + "\n\nUser: which tool lists the files?\nAssistant:"
+    prompt, cold = await _read_once(starter_gguf, folder, text, 16, parallel=1)
+    _, warm = await _read_once(starter_gguf, folder, text, 16, parallel=1)
     assert cold.last.cached_prompt_tokens == 0
     assert warm.last.disk_prompt_tokens >= len(prompt) - TAIL_TOKENS  # the window's checkpoint, or all but one
     assert warm.tokens == cold.tokens
