@@ -34,6 +34,12 @@ CHILD_ENGINES = ("vllm", "sglang")
 (launcher/engines/child_server.py): the datacenter engines, with their own OpenAI-compatible servers."""
 
 
+SpeculativeMode = Literal["auto", "off", "ngram"]
+"""How an engine may speculate (launcher/engines/speculation.py): auto (its choice: n-gram drafts where it
+supports them, each sequence drafting only while it pays), off (one token per step), ngram (always offer
+n-gram drafts; the policy still sizes them)."""
+
+
 class ServeConfig(BaseModel):
     """Everything `launcher serve` needs besides the model."""
 
@@ -132,6 +138,15 @@ class ServeConfig(BaseModel):
         ge=0,
         le=60_000,
         description="llama.cpp: about how long running streams pause per step while a new prompt is read",
+    )
+
+    # Most of what a coding agent writes is already in its prompt (a file rewritten with a change, a diff's
+    # context): drafts copied from the sequence's own text are verified in the same batched step.
+    speculative: SpeculativeMode = Field(
+        "auto",
+        description="speculative decoding: auto (n-gram drafts from the prompt and output, each stream drafting "
+        "only while it pays), ngram (always offer drafts), off (one token per step); a request's `speculative` "
+        "field overrides it",
     )
 
     # Serving several models (see launcher/server/model_pool.py): the library, presets, limits.

@@ -26,6 +26,8 @@ class Tally:
     prefix_hit_tokens: int = 0
     prefill_tokens: int = 0
     decode_tokens: int = 0
+    draft_tokens: int = 0  # speculative drafts verified
+    accepted_draft_tokens: int = 0  # ... and accepted
 
     def prefix_lookup(self, reused_tokens: int) -> None:
         """Count one prompt's prefix-cache outcome: `reused_tokens` came from the cache (0: a miss)."""

@@ -132,6 +132,8 @@ class SchedulerThread(ABC, Generic[JobT]):
             memory=memory,
             prefill_tokens_total=tally.prefill_tokens,
             decode_tokens_total=tally.decode_tokens,
+            speculative_draft_tokens_total=tally.draft_tokens,
+            speculative_accepted_tokens_total=tally.accepted_draft_tokens,
         )
 
     def stop(self) -> None:
@@ -254,6 +256,8 @@ class SchedulerThread(ABC, Generic[JobT]):
         completion_tokens: int,
         cached_prompt_tokens: int = 0,
         disk_prompt_tokens: int = 0,
+        draft_tokens: int = 0,
+        accepted_draft_tokens: int = 0,
         error: str | None = None,
         text: str = "",
         token_ids: tuple[int, ...] = (),
@@ -269,5 +273,7 @@ class SchedulerThread(ABC, Generic[JobT]):
             cached_prompt_tokens=cached_prompt_tokens,
             disk_prompt_tokens=disk_prompt_tokens,
             completion_tokens=completion_tokens,
+            draft_tokens=draft_tokens,
+            accepted_draft_tokens=accepted_draft_tokens,
             error=error,
         )

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from launcher.core.config import ServeConfig
+from launcher.core.config import ServeConfig, SpeculativeMode
 from launcher.core.model_types import LocalModel, ModelFormat
 from launcher.engine_specs import Availability
 from launcher.hardware.machine import Machine
@@ -118,6 +118,9 @@ class GenerationRequest:
     # Prompt positions worth a sliding-window checkpoint besides the engine's own (where the user's part
     # of a chat begins: launcher/server/checkpoint_hints.py); engines without such layers ignore them.
     checkpoint_hints: tuple[int, ...] = ()
+    # Speculative decoding for this request (launcher/engines/speculation.py): None follows the server's
+    # `--speculative`; "off" decodes one token per step, "ngram" drafts from the sequence's own text.
+    speculative: SpeculativeMode | None = None
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,10 @@ class GenerationEvent:
     cached_prompt_tokens: int = 0  # prompt tokens served from the prefix cache
     disk_prompt_tokens: int = 0  # of those, the ones put back from the prompt cache on disk
     completion_tokens: int = 0
+    # Speculative decoding: draft tokens verified for this request, and how many of them were accepted
+    # (each accepted one is a completion token that took no decode step of its own).
+    draft_tokens: int = 0
+    accepted_draft_tokens: int = 0
     error: str | None = None
     # The engine refused the request as asked (bad token ids, a constraint it cannot compile): the
     # client's mistake, which the server answers with a 400, not a 500.
@@ -169,6 +176,9 @@ class EngineStats:
     # Tokens processed since load (counters): the server derives prefill/decode tok/s from their deltas.
     prefill_tokens_total: int = 0
     decode_tokens_total: int = 0
+    # Speculative decoding since load (counters): draft tokens verified and those accepted.
+    speculative_draft_tokens_total: int = 0
+    speculative_accepted_tokens_total: int = 0
     # Sliding-window checkpoints (llama.cpp): held now, the most that may be held, restores since load.
     swa_checkpoints: int = 0
     swa_checkpoints_max: int = 0

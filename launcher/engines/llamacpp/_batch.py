@@ -74,6 +74,13 @@ class TokenBatch:
         self.size = end
         return end - 1
 
+    def add_draft(self, tokens: npt.NDArray[np.int32], position: int, seq_id: int) -> int:
+        """Add a speculative draft of one sequence, every token with logits; return its first index."""
+        start = self.size
+        self.add_chunk(tokens, position, seq_id, logits_last=False)
+        self.want_logits[start : self.size] = 1
+        return start
+
     def prepared(self) -> Any:
         """The ctypes struct to pass to llama_decode for the tokens added so far."""
         self.struct.n_tokens = self.size

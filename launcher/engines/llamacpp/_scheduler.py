@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from launcher.core.config import SpeculativeMode
 from launcher.engines._jobs import refusal
 from launcher.engines._scheduler_base import Occupancy, SchedulerThread
 from launcher.engines.base import FinishReason, GenerationEvent, GenerationRequest, TokenLogprob
@@ -51,8 +52,11 @@ from launcher.engines.llamacpp._sampling import (
 )
 from launcher.engines.llamacpp._sliding_window import CheckpointStore, SlidingWindow
 from launcher.engines.prompt_cache import PromptDiskCache
+from launcher.engines.speculation import MAX_DRAFT, DraftStats, Offer, Speculator, ngram_draft
 
 log = logging.getLogger("launcher.engines.llamacpp")
+
+_NO_DRAFT = np.zeros(0, dtype=np.int32)
 
 
 @dataclass(eq=False)
@@ -83,6 +87,11 @@ class _Slot:
     cached_prompt_tokens: int = 0
     disk_prompt_tokens: int = 0  # of cached_prompt_tokens, those put back from the prompt cache on disk
     checkpoint_at: list[int] = field(default_factory=list)  # prompt positions still to save a checkpoint at
+    draft: npt.NDArray[np.int32] = field(default_factory=lambda: _NO_DRAFT)  # verified in this step after pending
+    draft_index: int = -1  # batch row of the draft's first token
+    draft_stats: DraftStats = field(default_factory=DraftStats)
+    drafted: int = 0  # this request's draft tokens verified ...
+    accepted: int = 0  # ... and accepted
     decoder: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
 
 
@@ -107,6 +116,8 @@ class Scheduler(SchedulerThread[Job]):
         swa_window: int = 0,
         checkpoints: CheckpointStore | None = None,
         disk_cache: PromptDiskCache | None = None,
+        speculative: SpeculativeMode = "auto",
+        can_speculate: bool = True,
     ) -> None:
         super().__init__(
             label="llama.cpp", thread_name="llamacpp-scheduler", log=log, parallel=parallel, max_queue=max_queue
@@ -131,6 +142,11 @@ class Scheduler(SchedulerThread[Job]):
         self._slots = [_Slot(seq_id=i, cache=np.zeros(context, dtype=np.int32)) for i in range(parallel)]
         self._running: list[_Slot] = []  # admission order = prefill priority (FIFO)
         self._tick = 0
+        self._context = context
+        # A recurrent or hybrid model cannot drop the KV of rejected draft tokens (its state is not per position).
+        self._speculative: SpeculativeMode = speculative if can_speculate else "off"
+        self._can_speculate = can_speculate
+        self._speculator = Speculator()
 
     # ----- the scheduler base's hooks ------------------------------------------------------------
 
@@ -179,19 +195,30 @@ class Scheduler(SchedulerThread[Job]):
         batch = self._batch
         batch.clear()
         for slot in self._running:
-            slot.out_index, slot.step_tokens = -1, 0
+            slot.out_index, slot.step_tokens, slot.draft = -1, 0, _NO_DRAFT
             if slot.pending_token >= 0:
                 slot.out_index = batch.add_one(slot.pending_token, slot.n_cached, slot.seq_id)
                 slot.step_tokens = 1
         decode_tokens = batch.size
-        room = batch.free if decode_tokens == 0 else self._clock.prompt_room(self._stall_s, decode_tokens, batch.free)
-        self._plan_prefill(batch, room)
+        drafts = self._plan_drafts(decode_tokens)
+        room = (
+            batch.free
+            if decode_tokens == 0
+            else self._clock.prompt_room(self._stall_s, decode_tokens + drafts, batch.free)
+        )
+        self._plan_prefill(batch, max(0, min(room, batch.free - drafts)))
+        prompt_rows = batch.size - decode_tokens
+        self._add_drafts(batch)
         started = time.perf_counter()
-        if not self._decode(batch):
+        if not self._decode(batch, drafts_from=decode_tokens + prompt_rows):
             return
-        self._clock.record(decode_tokens, batch.size - decode_tokens, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        rows = batch.size - prompt_rows  # decode tokens and the drafts that stayed in the step
+        self._clock.record(rows, prompt_rows, seconds)
+        if prompt_rows == 0:
+            self._speculator.cost.record(rows, seconds)
         self._tally.decode_tokens += decode_tokens
-        self._tally.prefill_tokens += batch.size - decode_tokens
+        self._tally.prefill_tokens += prompt_rows
         for slot in self._running:
             if slot.step_tokens == 0:
                 continue
@@ -209,6 +236,38 @@ class Scheduler(SchedulerThread[Job]):
         for slot in list(self._running):
             if slot.out_index >= 0:
                 self._sample(slot)
+
+    # ----- speculative decoding (launcher/engines/speculation.py) ----------------------------------
+
+    def _plan_drafts(self, decode_tokens: int) -> int:
+        """Choose each generating sequence's draft for this step (`slot.draft`); return the rows they take."""
+        offers: list[tuple[_Slot, Offer]] = []
+        for slot in self._running:
+            job = slot.job
+            if slot.pending_token < 0 or job is None:
+                continue
+            mode = job.request.speculative or self._speculative
+            if mode == "off" or not self._can_speculate:
+                continue
+            # the reply's last token needs no draft after it, and every draft token needs a cell
+            limit = min(MAX_DRAFT, job.request.max_tokens - slot.n_generated - 1, self._context - slot.n_cached - 2)
+            if limit <= 0:
+                continue
+            slot.cache[slot.n_cached] = slot.pending_token  # the history ends with the token being decoded
+            draft = ngram_draft(slot.cache, slot.n_cached + 1, limit)
+            if len(draft):
+                offers.append((slot, Offer(slot.draft_stats, draft, mode)))
+        if not offers:
+            return 0
+        sizes = self._speculator.plan([offer for _, offer in offers], streams=decode_tokens, room=self._batch.free // 2)
+        for (slot, offer), size in zip(offers, sizes, strict=True):
+            slot.draft = offer.draft[:size]
+        return sum(sizes)
+
+    def _add_drafts(self, batch: TokenBatch) -> None:
+        for slot in self._running:
+            if len(slot.draft):
+                slot.draft_index = batch.add_draft(slot.draft, slot.n_cached + 1, slot.seq_id)
 
     def _plan_prefill(self, batch: TokenBatch, room: int) -> None:
         """Add the prompt chunks `prompt_takes` gives to the batch, in admission order."""
@@ -229,10 +288,16 @@ class Scheduler(SchedulerThread[Job]):
         assert slot.job is not None
         return slot.checkpoint_at[0] if slot.checkpoint_at else len(slot.job.prompt)
 
-    def _decode(self, batch: TokenBatch) -> bool:
+    def _decode(self, batch: TokenBatch, drafts_from: int) -> bool:
         result = int(self._ll.llama_decode(self._ctx, batch.prepared()))
         if result == 1 and self._evict_idle(budget=0):
             # No free KV cells: idle prefix caches are expendable, the running requests are not.
+            result = int(self._ll.llama_decode(self._ctx, batch.prepared()))
+        if result == 1 and batch.size > drafts_from:
+            # ... nor are they to drafts: this step goes without them (a full KV left nothing is changed)
+            batch.size = drafts_from
+            for slot in self._running:
+                slot.draft = _NO_DRAFT
             result = int(self._ll.llama_decode(self._ctx, batch.prepared()))
         if result == 0:
             return True
@@ -243,27 +308,64 @@ class Scheduler(SchedulerThread[Job]):
         return False
 
     def _sample(self, slot: _Slot) -> None:
+        """Sample the slot's row and, while the tokens sampled agree with its draft, the draft's rows;
+        keep the KV of the draft tokens that agreed, drop the rest, and emit what was sampled."""
+        draft = slot.draft
+        rows = [slot.out_index]
+        tokens = [self._pick(slot, slot.out_index)]
+        while len(tokens) <= len(draft) and tokens[-1] == draft[len(tokens) - 1] and not self._ends(slot, tokens):
+            rows.append(slot.draft_index + len(tokens) - 1)
+            tokens.append(self._pick(slot, rows[-1]))
+        if len(draft):
+            kept = len(tokens) - 1  # draft tokens equal to the sampled tokens before the last: their KV stays
+            accepted = kept + int(kept < len(draft) and tokens[-1] == draft[kept])
+            slot.draft_stats.record(len(draft), accepted)
+            slot.drafted += len(draft)
+            slot.accepted += accepted
+            self._tally.draft_tokens += len(draft)
+            self._tally.accepted_draft_tokens += accepted
+            self._tally.decode_tokens += kept
+            slot.cache[slot.n_cached : slot.n_cached + kept] = draft[:kept]
+            slot.n_cached += kept
+            self._ll.llama_memory_seq_rm(self._mem, slot.seq_id, slot.n_cached, -1)
+        for token, row in zip(tokens, rows, strict=True):
+            if not self._emit(slot, token, row):
+                return
+
+    def _pick(self, slot: _Slot, row: int) -> int:
+        if slot.sampler is None:
+            return greedy_token(self._ll.llama_get_logits_ith(self._ctx, row), self._n_vocab)
+        return int(self._ll.llama_sampler_sample(slot.sampler, self._ctx, row))
+
+    def _ends(self, slot: _Slot, tokens: list[int]) -> bool:
+        """Whether the reply ends at the last of `tokens` (sampled this step): an end-of-generation
+        token, or the last one max_tokens allows."""
         job = slot.job
         assert job is not None
-        if slot.sampler is None:
-            token = greedy_token(self._ll.llama_get_logits_ith(self._ctx, slot.out_index), self._n_vocab)
-        else:
-            token = int(self._ll.llama_sampler_sample(slot.sampler, self._ctx, slot.out_index))
+        return bool(self._is_eog[tokens[-1]] and not job.request.ignore_eos) or (
+            slot.n_generated + len(tokens) >= job.request.max_tokens
+        )
+
+    def _emit(self, slot: _Slot, token: int, row: int) -> bool:
+        """Send one sampled token (its logprobs from `row`); False when the reply ended with it."""
+        job = slot.job
+        assert job is not None
         if self._is_eog[token] and not job.request.ignore_eos:
             self._finish(slot, "stop")
-            return
+            return False
         slot.n_generated += 1
         logprobs: tuple[TokenLogprob, ...] = ()
         if job.request.logprobs is not None:
-            pointer = self._ll.llama_get_logits_ith(self._ctx, slot.out_index)
+            pointer = self._ll.llama_get_logits_ith(self._ctx, row)
             logprobs = (token_logprob(pointer, self._n_vocab, token, job.request.logprobs, self._piece_text),)
         text = slot.decoder.decode(self._piece(token))
         self._events.emit(job, GenerationEvent(token_ids=(token,), text=text, logprobs=logprobs))
         # check_prompt bounded max_tokens by the context, so the last token still has a cell
         if slot.n_generated >= job.request.max_tokens:
             self._finish(slot, "length")
-        else:
-            slot.pending_token = token
+            return False
+        slot.pending_token = token
+        return True
 
     def _piece_text(self, token: int) -> str:
         return self._piece(token).decode("utf-8", errors="replace")
@@ -319,6 +421,7 @@ class Scheduler(SchedulerThread[Job]):
         slot.pending_token, slot.out_index, slot.n_generated = -1, -1, 0
         slot.cached_prompt_tokens = reuse
         slot.disk_prompt_tokens = 0
+        slot.draft_stats, slot.drafted, slot.accepted = DraftStats(), 0, 0
         if from_disk is not None and self._disk is not None:
             slot.disk_prompt_tokens = reuse
             self._disk.cache.record_restore(reuse, from_disk[1])
@@ -359,6 +462,8 @@ class Scheduler(SchedulerThread[Job]):
             cached_prompt_tokens=slot.cached_prompt_tokens,
             disk_prompt_tokens=slot.disk_prompt_tokens,
             completion_tokens=slot.n_generated,
+            draft_tokens=slot.drafted,
+            accepted_draft_tokens=slot.accepted,
             error=error,
         )
         self._events.emit(job, final)

@@ -206,6 +206,7 @@ def _build(
             prefill_stall_s=config.prefill_stall_ms / 1000,
             memory=memory,
             swa_window=swa_window,
+            speculative=config.speculative,
         )
         key = CacheKey(
             model=model.name,

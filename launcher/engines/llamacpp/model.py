@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from launcher.core.config import SpeculativeMode
 from launcher.core.errors import EngineError
 from launcher.engines._jobs import check_prompt
 from launcher.engines.base import (
@@ -51,6 +52,7 @@ class RuntimeSettings:
     prefill_stall_s: float
     memory: dict[str, int]
     swa_window: int = 0  # tokens the sliding-window layers see; 0 when the model has none
+    speculative: SpeculativeMode = "auto"  # the server's setting; a request may override it
 
 
 class LlamaCppModel:
@@ -97,6 +99,10 @@ class LlamaCppModel:
             swa_window=settings.swa_window,
             checkpoints=self._checkpoints,
             disk_cache=disk_cache,
+            speculative=settings.speculative,
+            can_speculate=not (
+                llama_cpp.llama_model_is_recurrent(model_pointer) or llama_cpp.llama_model_is_hybrid(model_pointer)
+            ),
         )
         self._scheduler.start_thread()
 

@@ -1,0 +1,168 @@
+"""Speculative decoding from n-grams: drafts copied from a sequence's own text, and how many to verify.
+
+Most of what a coding agent's model writes is already in its context: a file rewritten with a small
+change, a diff's context lines, a command run again. When the last few tokens of a sequence occurred
+before, the tokens that followed them then are a good guess for what follows now (`ngram_draft`). The
+engine appends such a draft to the sequence's decode token in the same batched step, samples every
+row, and keeps the draft up to the first token its own sampling disagrees with, plus that sampled
+token: several tokens for one step where the guess was right, one token (and the cost of the extra
+rows) where it was wrong.
+
+Sampling each row and comparing is exact for any sampler: every emitted token is drawn from the
+model's distribution given the tokens before it (for a draft that proposes one token per position,
+this is speculative sampling's acceptance rule: accept with probability p(draft), else draw from the
+rest). Greedy requests therefore produce the tokens they produce without speculation, and grammars
+hold, as each row is sampled through the request's own sampler chain.
+
+Extra rows are not free: on a CPU each one costs a good part of a step (the output layer alone is
+vocab x hidden multiply-adds per row). `Speculator.plan` sizes drafts from what they are expected to
+save against what they cost: each sequence's acceptance rate (`DraftStats`) and the step time as a
+function of rows (`StepCost`, fitted from the scheduler's own steps). A draft token is verified only
+while the tokens it is expected to add outweigh the time it adds for every stream in the step, so
+prose, where the guesses fail, stops drafting, and a full batch of streams drafts less.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from launcher.core.config import SpeculativeMode
+
+NGRAM_MIN = 3  # tokens that must repeat before their continuation is offered as a draft
+NGRAM_MAX = 8  # a longer match is preferred up to this length (a better predictor than the most recent)
+MAX_DRAFT = 16  # draft tokens per sequence per step at most (llama-server's n-gram default is 16 too)
+PROBE_EVERY = 16  # a sequence that stopped drafting still verifies one token every this many matches
+_PRIOR_ACCEPTED = 2.0  # acceptance prior: 2 of 3 (an n-gram match in code usually continues)
+_PRIOR_REJECTED = 1.0
+_STATS_DECAY = 0.9  # per verification: an agent moves between copying and writing anew
+_COST_DECAY = 0.97  # per timed step
+_EMPTY = np.zeros(0, dtype=np.int32)
+
+
+def ngram_draft(tokens: npt.NDArray[np.int32], length: int, limit: int) -> npt.NDArray[np.int32]:
+    """Up to `limit` tokens that followed an earlier occurrence of the last `NGRAM_MIN`+ tokens of
+    `tokens[:length]`: of the occurrences matching the most trailing tokens (up to `NGRAM_MAX`), the
+    most recent. Empty when nothing repeats."""
+    if limit <= 0 or length <= NGRAM_MIN:
+        return _EMPTY
+    history = tokens[:length]
+    # positions j < length - 1 whose token is the last one; each is a match ending at j
+    ends = np.flatnonzero(history[NGRAM_MIN - 1 : length - 1] == history[length - 1]) + (NGRAM_MIN - 1)
+    for back in range(1, min(NGRAM_MAX, length - 1)):
+        still = ends[ends >= back]
+        still = still[history[still - back] == history[length - 1 - back]]
+        if len(still) == 0 and back >= NGRAM_MIN:
+            break  # the longest matches found so far are kept
+        ends = still
+        if len(ends) == 0:
+            return _EMPTY  # the minimum match is required
+    start = int(ends[-1]) + 1
+    return history[start : min(start + limit, length)].copy()
+
+
+@dataclass
+class DraftStats:
+    """One sequence's record of its drafts: a decayed count of accepted tokens and of rejections,
+    from which the chance that the next draft token is accepted (a geometric model: each accepted
+    token makes the next as likely as the last)."""
+
+    accepted: float = 0.0
+    rejected: float = 0.0
+    skipped: int = 0  # matches offered and not drafted since the last draft (see PROBE_EVERY)
+
+    @property
+    def acceptance(self) -> float:
+        return (self.accepted + _PRIOR_ACCEPTED) / (self.accepted + self.rejected + _PRIOR_ACCEPTED + _PRIOR_REJECTED)
+
+    def record(self, drafted: int, accepted: int) -> None:
+        self.accepted = _STATS_DECAY * self.accepted + accepted
+        self.rejected = _STATS_DECAY * self.rejected + (1.0 if accepted < drafted else 0.0)
+
+
+class StepCost:
+    """Seconds a decode step takes as a function of its rows: fixed + per_row * rows, fitted by least
+    squares over recent steps (decayed sums, so a busy moment fades out). Until the rows have varied
+    enough to fit a slope, a row is assumed to cost a quarter of the mean step: drafting is then tried,
+    and its steps teach the real slope."""
+
+    def __init__(self) -> None:
+        self._n = self._x = self._y = self._xx = self._xy = 0.0
+
+    def record(self, rows: int, seconds: float) -> None:
+        d = _COST_DECAY
+        self._n, self._x, self._y = d * self._n + 1, d * self._x + rows, d * self._y + seconds
+        self._xx, self._xy = d * self._xx + rows * rows, d * self._xy + rows * seconds
+
+    def estimate(self) -> tuple[float, float] | None:
+        """(fixed seconds, seconds per row), or None before any step was timed."""
+        if self._n < 1:
+            return None
+        mean_x, mean_y = self._x / self._n, self._y / self._n
+        spread = self._xx / self._n - mean_x * mean_x
+        if spread > 0.25:  # rows have varied: the fitted slope, within sane bounds
+            slope = (self._xy / self._n - mean_x * mean_y) / spread
+            per_row = min(max(slope, 0.0), mean_y / max(mean_x, 1.0))
+        else:
+            per_row = 0.25 * mean_y / max(mean_x, 1.0)
+        return max(mean_y - per_row * mean_x, 0.0), per_row
+
+
+@dataclass
+class Offer:
+    """A sequence's candidate draft this step."""
+
+    stats: DraftStats
+    draft: npt.NDArray[np.int32]
+    mode: SpeculativeMode  # "auto" or "ngram" (an "off" sequence makes no offer)
+
+
+class Speculator:
+    """Decides, each step, how many tokens of each offered draft the step verifies."""
+
+    def __init__(self) -> None:
+        self.cost = StepCost()
+
+    def plan(self, offers: list[Offer], streams: int, room: int) -> list[int]:
+        """Draft tokens to verify per offer, `room` rows at most in all. `streams` sequences decode in
+        this step anyway. "ngram" offers take their whole draft; "auto" ones take each next token
+        while the chance it is accepted (acceptance ** i for the i-th) exceeds what its row costs in
+        tokens: per_row * (expected tokens of the step) / (expected seconds of the step)."""
+        sizes = [0] * len(offers)
+        for i, offer in enumerate(offers):
+            if offer.mode == "ngram":
+                sizes[i] = min(len(offer.draft), room)
+                room -= sizes[i]
+        estimate = self.cost.estimate()
+        auto = [i for i, offer in enumerate(offers) if offer.mode == "auto" and len(offer.draft)]
+        if not auto:
+            return sizes
+        if estimate is None:  # the first step: nothing timed yet
+            return sizes
+        fixed, per_row = estimate
+        tokens = float(streams)
+        seconds = fixed + per_row * (streams + sum(sizes))
+        # every auto offer's i-th token, most likely first (for one offer they come in order i = 1, 2, ...)
+        ranked = sorted(
+            ((offers[i].stats.acceptance ** (n + 1), i) for i in auto for n in range(len(offers[i].draft))),
+            reverse=True,
+        )
+        for chance, i in ranked:
+            if room <= 0 or chance * seconds <= per_row * tokens:
+                break
+            sizes[i] += 1
+            room -= 1
+            tokens += chance
+            seconds += per_row
+        for i in auto:  # a sequence that stopped drafting still probes now and then
+            stats = offers[i].stats
+            if sizes[i]:
+                stats.skipped = 0
+                continue
+            stats.skipped += 1
+            if stats.skipped >= PROBE_EVERY and room > 0:
+                sizes[i], stats.skipped = 1, 0
+                room -= 1
+        return sizes
