@@ -34,10 +34,10 @@ CHILD_ENGINES = ("vllm", "sglang")
 (launcher/engines/child_server.py): the datacenter engines, with their own OpenAI-compatible servers."""
 
 
-SpeculativeMode = Literal["auto", "off", "ngram"]
-"""How an engine may speculate (launcher/engines/speculation.py): auto (its choice: n-gram drafts where it
-supports them, each sequence drafting only while it pays), off (one token per step), ngram (always offer
-n-gram drafts; the policy still sizes them)."""
+SpeculativeMode = Literal["auto", "off", "ngram", "draft"]
+"""How an engine may speculate (launcher/engines/speculation.py): auto (n-gram drafts where the sequence's
+own text repeats, the draft model's otherwise when one is loaded; each sequence drafting only while it
+pays), off (one token per step), ngram (n-gram drafts only, always offered), draft (the draft model only)."""
 
 
 class ServeConfig(BaseModel):
@@ -144,9 +144,14 @@ class ServeConfig(BaseModel):
     # context): drafts copied from the sequence's own text are verified in the same batched step.
     speculative: SpeculativeMode = Field(
         "auto",
-        description="speculative decoding: auto (n-gram drafts from the prompt and output, each stream drafting "
-        "only while it pays), ngram (always offer drafts), off (one token per step); a request's `speculative` "
-        "field overrides it",
+        description="speculative decoding: auto (n-gram drafts from the prompt and output, the --draft model's where "
+        "nothing repeats; each stream drafting only while it pays), ngram (n-gram drafts only), draft (the draft "
+        "model only), off (one token per step); a request's `speculative` field overrides it",
+    )
+    draft: str | None = Field(
+        None,
+        description="a small model with the same vocabulary that drafts tokens for the served one (GGUF path, "
+        "catalog id or library name; default: the advisor's pick when it is downloaded and fits)",
     )
 
     # Serving several models (see launcher/server/model_pool.py): the library, presets, limits.
@@ -278,6 +283,8 @@ PRESET_SETTINGS = frozenset(
         "kv_cache_type",
         "max_output_tokens",
         "prefix_cache_tokens",
+        "speculative",
+        "draft",
     }
 )
 """The ServeConfig fields a preset may set for its model alone (the rest belong to the server)."""

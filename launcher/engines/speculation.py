@@ -35,9 +35,9 @@ NGRAM_MIN = 3  # tokens that must repeat before their continuation is offered as
 NGRAM_MAX = 8  # a longer match is preferred up to this length (a better predictor than the most recent)
 MAX_DRAFT = 16  # draft tokens per sequence per step at most (llama-server's n-gram default is 16 too)
 PROBE_EVERY = 16  # a sequence that stopped drafting still verifies one token every this many matches
-_PRIOR_ACCEPTED = 2.0  # acceptance prior: 2 of 3 (an n-gram match in code usually continues)
-_PRIOR_REJECTED = 1.0
-_STATS_DECAY = 0.9  # per verification: an agent moves between copying and writing anew
+_PRIOR_ACCEPTED = 1.0  # acceptance prior: 2 of 3 (an n-gram match in code usually continues), worth 1.5 trials
+_PRIOR_REJECTED = 0.5
+_STATS_DECAY = 0.8  # per verification: an agent moves between copying and writing anew
 _COST_DECAY = 0.97  # per timed step
 _EMPTY = np.zeros(0, dtype=np.int32)
 
