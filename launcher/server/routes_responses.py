@@ -65,6 +65,12 @@ def _call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
+def _text_field(item: dict[str, Any], key: str) -> str:
+    """`item[key]` when it is a string, else "" (an id or a name that is a list or a number is no id)."""
+    value = item.get(key)
+    return value if isinstance(value, str) else ""
+
+
 def _input_messages(body: ResponsesRequest) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     if body.instructions:
@@ -82,8 +88,8 @@ def _input_messages(body: ResponsesRequest) -> list[dict[str, Any]]:
                 raise bad_request(f"Unsupported message role {role!r}.", param=f"input.{i}.role")
             messages.append({"role": role, "content": item.get("content")})
         elif kind in ("function_call", "custom_tool_call"):
-            if not item.get("name") or not item.get("call_id"):
-                raise bad_request(f"{kind} items need name and call_id.", param=f"input.{i}")
+            if not _text_field(item, "name") or not _text_field(item, "call_id"):
+                raise bad_request(f"{kind} items need name and call_id (strings).", param=f"input.{i}")
             arguments = item.get("arguments") or "{}"
             if kind == "custom_tool_call":  # a freeform tool (Codex's apply_patch): its text input
                 arguments = json.dumps({"input": item.get("input", "")}, ensure_ascii=False)
@@ -97,6 +103,8 @@ def _input_messages(body: ResponsesRequest) -> list[dict[str, Any]]:
             output = item.get("output")
             text = output if isinstance(output, str) else text_of(output, param=f"input.{i}.output", media="note")
             call_id = item.get("call_id") or item.get("id")
+            if call_id is not None and not isinstance(call_id, str):
+                raise bad_request(f"{kind} items' call_id must be a string.", param=f"input.{i}.call_id")
             messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
         else:
             # reasoning (not replayed to the model), web search calls, compaction markers and item
