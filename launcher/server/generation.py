@@ -23,6 +23,7 @@ from typing import Literal
 
 import anyio
 
+from launcher.core.config import SpeculativeMode
 from launcher.core.errors import in_context
 from launcher.engines.base import (
     Constraint,
@@ -58,6 +59,7 @@ class GenerationSettings:
     stops: list[str] = field(default_factory=list)
     logprobs: int | None = None  # top alternatives per token; None: no logprobs
     ignore_eos: bool = False
+    speculative: SpeculativeMode | None = None  # None: the server's --speculative
     request_id: str = ""
 
 
@@ -226,6 +228,9 @@ class Generation:
             if self._record is not None:
                 self._record.cached_tokens = cached
                 self._record.disk_tokens = disk
+                if event.draft_tokens:  # the final event's, for the whole request
+                    self._record.draft_tokens = event.draft_tokens
+                    self._record.accepted_draft_tokens = event.accepted_draft_tokens
             pending += event.text
             pending_logprobs.extend(event.logprobs)
             if self._record is not None:
@@ -373,6 +378,7 @@ async def start_generation(
         logprobs=settings.logprobs,
         ignore_eos=settings.ignore_eos,
         request_id=settings.request_id,
+        speculative=settings.speculative,
         checkpoint_hints=checkpoint_hints,
     )
     prepare = getattr(model, "prepare_constraint", None)  # engines whose schema compile is worth a thread

@@ -3,7 +3,7 @@
 One `CollectorRegistry` per app, so several servers in one process (tests) never share
 counters. Everything a model does is labelled `model="<id>"`; readers that want one number for
 the server sum over the label. Engine-side numbers (running/waiting, KV cache, prefix cache,
-memory) are read from each loaded model's `LoadedModel.stats()` at scrape time; throughput
+speculative drafts, memory) are read from each loaded model's `LoadedModel.stats()` at scrape time; throughput
 gauges are rates over the last few seconds.
 """
 
@@ -212,6 +212,15 @@ _ENGINE_COUNTERS = {
     "launcher_prompt_cache_disk_write_failures": (
         "prefix writes that failed or were skipped (a full disk): logged, never a failed request",
         "prompt_cache_disk_write_failures",
+    ),
+    # Speculative decoding (engines/speculation.py): the acceptance rate is accepted / drafted.
+    "launcher_speculative_draft_tokens": (
+        "draft tokens verified by speculative decoding",
+        "speculative_draft_tokens_total",
+    ),
+    "launcher_speculative_accepted_tokens": (
+        "draft tokens accepted (generated without a decode step of their own)",
+        "speculative_accepted_tokens_total",
     ),
 }
 

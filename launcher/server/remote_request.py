@@ -75,7 +75,10 @@ def _sampling(sampling: SamplingParams) -> dict[str, Any]:
 
 
 def request_body(model: str, options: ChatOptions, output_cap: int | None) -> tuple[dict[str, Any], bool]:
-    """The upstream request for `options`, and whether this server's --max-output-tokens lowered its limit."""
+    """The upstream request for `options`, and whether this server's --max-output-tokens lowered its limit.
+
+    The launcher's own `speculative` setting stays here: vLLM, SGLang and hosted APIs do not know it (they
+    speculate, if at all, as they were started)."""
     settings = options.settings
     body: dict[str, Any] = {
         "model": model,

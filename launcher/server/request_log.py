@@ -5,6 +5,8 @@
 
 When some of the cached tokens were put back from the prompt cache on disk, the line says how many:
 `cached=12,288 (disk 12,000)`.
+When the engine drafted tokens (speculative decoding), the line says how many of its drafts were
+accepted: `generated=640 (draft 412/480)`, accepted/drafted.
 
 The app's Server page shows these lines, so a user sees at once which agent called, whether the
 prefix cache worked and where time went. Routes and the generation driver fill the request's
@@ -78,6 +80,8 @@ class RequestRecord:
     cached_tokens: int = 0
     disk_tokens: int = 0  # of the cached tokens, those restored from the prompt cache on disk
     generated_tokens: int = 0
+    draft_tokens: int = 0  # speculative decoding: draft tokens the engine verified for this request
+    accepted_draft_tokens: int = 0  # ... and accepted (each one a generated token without a step of its own)
     ttft_s: float | None = None
     keep_reply: bool = False
     reply: list[str] = field(default_factory=list)  # the start of the generated text (`replies` mode)
@@ -107,6 +111,7 @@ class RequestRecord:
                 f"cached={self.cached_tokens:,}",
                 *([f"(disk {self.disk_tokens:,})"] if self.disk_tokens else []),
                 f"generated={self.generated_tokens:,}",
+                *([f"(draft {self.accepted_draft_tokens:,}/{self.draft_tokens:,})"] if self.draft_tokens else []),
             ]
         if self.ttft_s is not None:
             parts.append(f"ttft={self.ttft_s:.2f}s")

@@ -200,6 +200,7 @@ def _options(body: CountTokensRequest) -> ChatOptions:
             sampling=body.sampling(),
             constraint=_output_constraint(body),
             stops=stops_from(body.stop_sequences, param="stop_sequences"),
+            speculative=body.speculative,
         )
     return options
 

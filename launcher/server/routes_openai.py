@@ -83,6 +83,7 @@ def chat_options(body: ChatCompletionRequest) -> ChatOptions:
         stops=stops_from(body.stop),
         logprobs=(body.top_logprobs or 0) if body.logprobs else None,
         ignore_eos=body.ignore_eos,
+        speculative=body.speculative,
     )
     return ChatOptions(messages=messages, tools=tools, tool_choice=choice, settings=settings)
 
@@ -203,6 +204,7 @@ async def _complete(request: Request, slot: ModelSlot, body: CompletionRequest) 
         stops=stops_from(body.stop),
         logprobs=body.logprobs,
         ignore_eos=body.ignore_eos,
+        speculative=body.speculative,
         request_id=completion_id,
     )
     generation = await start_generation(

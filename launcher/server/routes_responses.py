@@ -154,7 +154,12 @@ def _options(body: ResponsesRequest) -> ChatOptions:
         if fmt.schema_ is None:
             raise bad_request("text.format json_schema needs schema.", param="text.format.schema")
         constraint = Constraint(kind="json_schema", schema=fmt.schema_)
-    settings = GenerationSettings(max_tokens=body.max_output_tokens, sampling=body.sampling(), constraint=constraint)
+    settings = GenerationSettings(
+        max_tokens=body.max_output_tokens,
+        sampling=body.sampling(),
+        constraint=constraint,
+        speculative=body.speculative,
+    )
     return ChatOptions(
         messages=normalize_history(_input_messages(body)), tools=tools, tool_choice=choice, settings=settings
     )

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from launcher.core.config import SpeculativeMode
 from launcher.engines.base import SamplingParams
 from launcher.server.errors import bad_request
 
@@ -83,6 +84,9 @@ class GenerationFields(Lenient):
     ttl: float | None = Field(None, gt=0)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
+    # The launcher's extension: speculative decoding for this request (auto, off, ngram); None follows the
+    # server's --speculative. Never passed on to a remote or a vLLM/SGLang child (remote_request).
+    speculative: SpeculativeMode | None = None
 
     def sampling(self) -> SamplingParams:
         """SamplingParams from the request (unset knobs keep the engine defaults)."""
