@@ -281,6 +281,7 @@ class MainWindow(QMainWindow):
         self.status_label.setText(f"Serving {endpoint.model} at {endpoint.base_url}")
         self.gauges.reset()
         self.endpoint = endpoint
+        self.gauges.set_speculative_mode(self.server.config.speculative if self.server.config else None)
         from launcher.ui.metrics_poller import MetricsPoller
 
         self._predict_for_server()

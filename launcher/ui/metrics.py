@@ -45,6 +45,8 @@ class MetricsSnapshot:
     prompt_cache_disk_misses_total: float = 0.0
     prompt_cache_disk_bytes: float = 0.0
     prompt_cache_disk_budget_bytes: float = 0.0  # the folder's, shared by the models: the largest, not a sum
+    speculative_draft_tokens_total: float = 0.0
+    speculative_accepted_tokens_total: float = 0.0
     engine_memory: dict[str, float] = field(default_factory=dict)  # by kind, summed over the loaded models
     process_resident_bytes: float | None = None
     models: dict[str, MetricsSnapshot] = field(default_factory=dict)
@@ -82,6 +84,8 @@ _SIMPLE = {
     "launcher_prompt_cache_disk_hits_total": "prompt_cache_disk_hits_total",
     "launcher_prompt_cache_disk_misses_total": "prompt_cache_disk_misses_total",
     "launcher_prompt_cache_disk_bytes": "prompt_cache_disk_bytes",
+    "launcher_speculative_draft_tokens_total": "speculative_draft_tokens_total",
+    "launcher_speculative_accepted_tokens_total": "speculative_accepted_tokens_total",
     "process_resident_memory_bytes": "process_resident_bytes",
 }
 
@@ -155,6 +159,15 @@ def prompt_cache_summary(snap: MetricsSnapshot) -> tuple[str, str]:
     if hits + misses == 0:
         return size, "no lookups yet"
     return size, f"hit rate {hits / (hits + misses):.0%} ({hits:,} of {hits + misses:,})"
+
+
+def speculation_summary(snap: MetricsSnapshot, mode: str | None = None) -> tuple[str, str]:
+    """Speculative decoding as the gauges show it: (acceptance rate, "accepted of drafted"); once nothing
+    was drafted, "off" when the server was started with `--speculative off` (`mode`), else "idle"."""
+    drafted, accepted = int(snap.speculative_draft_tokens_total), int(snap.speculative_accepted_tokens_total)
+    if drafted <= 0:
+        return ("off", "") if mode == "off" else ("idle", "nothing drafted yet")
+    return f"{accepted / drafted:.0%} accepted", f"{accepted:,} of {drafted:,} draft tokens"
 
 
 @dataclass(frozen=True)

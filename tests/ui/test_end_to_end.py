@@ -57,6 +57,10 @@ def test_serve_chat_and_watch_gauges(qtbot, tiny_gguf, tmp_path) -> None:  # typ
     qtbot.waitUntil(lambda: window.gauges.total.value() not in ("–", "0"), timeout=10_000)
     assert max(window.gauges.decode_graph.values()) > 0
     assert window.gauges.rss.value() != "–"
+    # the server runs with --speculative auto: the tile says how many drafts were accepted, or that none were made
+    assert window.gauges.speculative_mode == "auto"
+    tile = window.gauges.speculation.value()
+    assert tile == "idle" or tile.endswith("% accepted"), tile
 
     # Predicted beside measured, for what the server runs (1,024 tokens x 2 sequences, its KV type).
     assert (endpoint.serving["context"], endpoint.serving["parallel"]) == (1024, 2)

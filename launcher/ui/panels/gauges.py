@@ -1,6 +1,6 @@
 """Live gauges from /metrics and the server process: decode and prefill tok/s with a short history,
 TTFT of the last requests, requests running/queued, KV cache use, process RAM, GPU/unified memory,
-the prompt cache on disk (size of its budget, hit rate);
+the prompt cache on disk (size of its budget, hit rate), speculative decoding (draft tokens accepted);
 and the served model's predicted vs measured memory and tok/s once there is something to compare (read
 from its own series: another model loaded beside it does not count).
 """
@@ -13,7 +13,15 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from launcher.core.units import format_bytes
-from launcher.ui.metrics import Comparison, LiveSample, Measured, Prediction, compare, prompt_cache_summary
+from launcher.ui.metrics import (
+    Comparison,
+    LiveSample,
+    Measured,
+    Prediction,
+    compare,
+    prompt_cache_summary,
+    speculation_summary,
+)
 from launcher.ui.widgets.card import Card, StatTile, muted
 from launcher.ui.widgets.sparkline import Sparkline
 
@@ -38,6 +46,7 @@ class GaugesPanel(Card):
         self.measured: Measured | None = None
         self.prediction: Prediction | None = None
         self.model: str | None = None  # the model the prediction is for (others may be loaded beside it)
+        self.speculative_mode: str | None = None  # the served config's --speculative (None: not known)
         self._ttfts: deque[float] = deque(maxlen=TTFT_HISTORY)
         self.last_sample: LiveSample | None = None
 
@@ -65,6 +74,11 @@ class GaugesPanel(Card):
             "Prompt prefixes kept on disk across restarts and model swaps: used / budget (--prompt-cache-gb),"
             " and how often a prompt that missed in memory was restored from disk."
         )
+        self.speculation = StatTile("speculative decoding")
+        self.speculation.setToolTip(
+            "Draft tokens copied from the prompt and the reply so far (--speculative), checked in the same step:"
+            " the share accepted, each one a token generated without a step of its own."
+        )
 
         grid.addWidget(self._stack(self.decode, self.decode_graph), 0, 0)
         grid.addWidget(self._stack(self.prefill, self.prefill_graph), 0, 1)
@@ -75,6 +89,7 @@ class GaugesPanel(Card):
         grid.addWidget(self.rss, 2, 0)
         grid.addWidget(self._stack(self.device, self.device_bar), 2, 1, 1, 2)
         grid.addWidget(self.prompt_cache, 3, 0)
+        grid.addWidget(self.speculation, 3, 1)
         for column in range(3):
             grid.setColumnStretch(column, 1)
         self.body.addLayout(grid)
@@ -124,6 +139,7 @@ class GaugesPanel(Card):
             self.rss,
             self.device,
             self.prompt_cache,
+            self.speculation,
         ):
             tile.set_value("–", "")
         self.decode_graph.clear()
@@ -139,6 +155,12 @@ class GaugesPanel(Card):
         if self.last_sample is not None:
             self.measured = Measured.from_sample(self.last_sample, model)
         self._update_comparison()
+
+    def set_speculative_mode(self, mode: str | None) -> None:
+        """The served config's --speculative, so an idle tile can say "off" when speculation is off."""
+        self.speculative_mode = mode
+        if self.last_sample is not None:
+            self.speculation.set_value(*speculation_summary(self.last_sample.snapshot, mode))
 
     def set_unreachable(self, message: str) -> None:
         """The last poll failed (server busy or gone): say so instead of showing stale numbers as live."""
@@ -184,6 +206,7 @@ class GaugesPanel(Card):
             )
             self.device_bar.setValue(round(ratio * 100))
         self.prompt_cache.set_value(*prompt_cache_summary(sample.snapshot))
+        self.speculation.set_value(*speculation_summary(sample.snapshot, self.speculative_mode))
         self._update_comparison()
 
     def set_calibration_status(self, text: str, *, busy: bool = False) -> None:
