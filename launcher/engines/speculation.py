@@ -116,7 +116,7 @@ class Offer:
 
     stats: DraftStats
     draft: npt.NDArray[np.int32]
-    mode: SpeculativeMode  # "auto" or "ngram" (an "off" sequence makes no offer)
+    mode: SpeculativeMode  # "auto", or a forced "ngram"/"draft" (an "off" sequence makes no offer)
 
 
 class Speculator:
@@ -125,14 +125,15 @@ class Speculator:
     def __init__(self) -> None:
         self.cost = StepCost()
 
-    def plan(self, offers: list[Offer], streams: int, room: int) -> list[int]:
+    def plan(self, offers: list[Offer], streams: int, room: int, extra_s: float = 0.0) -> list[int]:
         """Draft tokens to verify per offer, `room` rows at most in all. `streams` sequences decode in
-        this step anyway. "ngram" offers take their whole draft; "auto" ones take each next token
-        while the chance it is accepted (acceptance ** i for the i-th) exceeds what its row costs in
-        tokens: per_row * (expected tokens of the step) / (expected seconds of the step)."""
+        this step anyway. Offers made in a forced mode ("ngram", "draft") take their whole draft; "auto"
+        ones take each next token while the chance it is accepted (acceptance ** i for the i-th)
+        exceeds what it costs in tokens: (per_row + extra_s, the seconds of making it, for a draft
+        model) * (expected tokens of the step) / (expected seconds of the step)."""
         sizes = [0] * len(offers)
         for i, offer in enumerate(offers):
-            if offer.mode == "ngram":
+            if offer.mode != "auto":
                 sizes[i] = min(len(offer.draft), room)
                 room -= sizes[i]
         estimate = self.cost.estimate()
@@ -142,6 +143,7 @@ class Speculator:
         if estimate is None:  # the first step: nothing timed yet
             return sizes
         fixed, per_row = estimate
+        per_token = per_row + extra_s
         tokens = float(streams)
         seconds = fixed + per_row * (streams + sum(sizes))
         # every auto offer's i-th token, most likely first (for one offer they come in order i = 1, 2, ...)
@@ -150,12 +152,12 @@ class Speculator:
             reverse=True,
         )
         for chance, i in ranked:
-            if room <= 0 or chance * seconds <= per_row * tokens:
+            if room <= 0 or chance * seconds <= per_token * tokens:
                 break
             sizes[i] += 1
             room -= 1
             tokens += chance
-            seconds += per_row
+            seconds += per_token
         for i in auto:  # a sequence that stopped drafting still probes now and then
             stats = offers[i].stats
             if sizes[i]:

@@ -42,6 +42,7 @@ from launcher.engines._scheduler_base import Occupancy, SchedulerThread
 from launcher.engines.base import FinishReason, GenerationEvent, GenerationRequest, TokenLogprob
 from launcher.engines.llamacpp._batch import TokenBatch
 from launcher.engines.llamacpp._disk_tier import DiskTier
+from launcher.engines.llamacpp._draft import DraftModel, DraftWant
 from launcher.engines.llamacpp._pacing import StepClock, burst_wait, prompt_takes
 from launcher.engines.llamacpp._sampling import (
     ConstraintError,
@@ -89,7 +90,9 @@ class _Slot:
     checkpoint_at: list[int] = field(default_factory=list)  # prompt positions still to save a checkpoint at
     draft: npt.NDArray[np.int32] = field(default_factory=lambda: _NO_DRAFT)  # verified in this step after pending
     draft_index: int = -1  # batch row of the draft's first token
-    draft_stats: DraftStats = field(default_factory=DraftStats)
+    draft_stats: DraftStats = field(default_factory=DraftStats)  # n-gram drafts'
+    model_draft_stats: DraftStats = field(default_factory=DraftStats)  # the draft model's
+    draft_from_model: bool = False  # where this step's draft came from
     drafted: int = 0  # this request's draft tokens verified ...
     accepted: int = 0  # ... and accepted
     decoder: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
@@ -118,6 +121,7 @@ class Scheduler(SchedulerThread[Job]):
         disk_cache: PromptDiskCache | None = None,
         speculative: SpeculativeMode = "auto",
         can_speculate: bool = True,
+        draft: DraftModel | None = None,
     ) -> None:
         super().__init__(
             label="llama.cpp", thread_name="llamacpp-scheduler", log=log, parallel=parallel, max_queue=max_queue
@@ -147,6 +151,7 @@ class Scheduler(SchedulerThread[Job]):
         self._speculative: SpeculativeMode = speculative if can_speculate else "off"
         self._can_speculate = can_speculate
         self._speculator = Speculator()
+        self._draft_model = draft if can_speculate else None
 
     # ----- the scheduler base's hooks ------------------------------------------------------------
 
@@ -240,8 +245,10 @@ class Scheduler(SchedulerThread[Job]):
     # ----- speculative decoding (launcher/engines/speculation.py) ----------------------------------
 
     def _plan_drafts(self, decode_tokens: int) -> int:
-        """Choose each generating sequence's draft for this step (`slot.draft`); return the rows they take."""
+        """Choose each generating sequence's draft for this step (`slot.draft`): an n-gram draft where its
+        text repeats, else the draft model's where one is loaded. Return the rows they take."""
         offers: list[tuple[_Slot, Offer]] = []
+        from_model: list[tuple[_Slot, Offer]] = []
         for slot in self._running:
             job = slot.job
             if slot.pending_token < 0 or job is None:
@@ -254,15 +261,30 @@ class Scheduler(SchedulerThread[Job]):
             if limit <= 0:
                 continue
             slot.cache[slot.n_cached] = slot.pending_token  # the history ends with the token being decoded
-            draft = ngram_draft(slot.cache, slot.n_cached + 1, limit)
+            draft = ngram_draft(slot.cache, slot.n_cached + 1, limit) if mode != "draft" else _NO_DRAFT
             if len(draft):
                 offers.append((slot, Offer(slot.draft_stats, draft, mode)))
-        if not offers:
-            return 0
-        sizes = self._speculator.plan([offer for _, offer in offers], streams=decode_tokens, room=self._batch.free // 2)
+            elif self._draft_model is not None and mode != "ngram":
+                # sized before the draft model runs: its rounds cost time whether or not the tokens are used
+                from_model.append((slot, Offer(slot.model_draft_stats, np.zeros(limit, dtype=np.int32), mode)))
+        room = self._batch.free // 2
+        sizes = self._speculator.plan([offer for _, offer in offers], streams=decode_tokens, room=room)
         for (slot, offer), size in zip(offers, sizes, strict=True):
-            slot.draft = offer.draft[:size]
-        return sum(sizes)
+            slot.draft, slot.draft_from_model = offer.draft[:size], False
+        room -= sum(sizes)
+        if from_model and self._draft_model is not None:
+            extra = self._draft_model.round_seconds or 0.0
+            wanted = self._speculator.plan([o for _, o in from_model], streams=decode_tokens, room=room, extra_s=extra)
+            wants: list[DraftWant] = [
+                (slot.seq_id, slot.cache, slot.n_cached + 1, size)
+                for (slot, _), size in zip(from_model, wanted, strict=True)
+                if size
+            ]
+            drafted = self._draft_model.draft(wants) if wants else {}
+            for slot, _ in from_model:
+                if slot.seq_id in drafted:
+                    slot.draft, slot.draft_from_model = drafted[slot.seq_id], True
+        return sum(len(slot.draft) for slot in self._running)
 
     def _add_drafts(self, batch: TokenBatch) -> None:
         for slot in self._running:
@@ -319,7 +341,7 @@ class Scheduler(SchedulerThread[Job]):
         if len(draft):
             kept = len(tokens) - 1  # draft tokens equal to the sampled tokens before the last: their KV stays
             accepted = kept + int(kept < len(draft) and tokens[-1] == draft[kept])
-            slot.draft_stats.record(len(draft), accepted)
+            (slot.model_draft_stats if slot.draft_from_model else slot.draft_stats).record(len(draft), accepted)
             slot.drafted += len(draft)
             slot.accepted += accepted
             self._tally.draft_tokens += len(draft)
@@ -421,7 +443,7 @@ class Scheduler(SchedulerThread[Job]):
         slot.pending_token, slot.out_index, slot.n_generated = -1, -1, 0
         slot.cached_prompt_tokens = reuse
         slot.disk_prompt_tokens = 0
-        slot.draft_stats, slot.drafted, slot.accepted = DraftStats(), 0, 0
+        slot.draft_stats, slot.model_draft_stats, slot.drafted, slot.accepted = DraftStats(), DraftStats(), 0, 0
         if from_disk is not None and self._disk is not None:
             slot.disk_prompt_tokens = reuse
             self._disk.cache.record_restore(reuse, from_disk[1])

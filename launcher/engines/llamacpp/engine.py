@@ -18,7 +18,7 @@ from typing import Any, cast
 from launcher.advisor.fit import KvType, kv_cache_bytes
 from launcher.core.child_process import launcher_command
 from launcher.core.config import ServeConfig
-from launcher.core.errors import EngineError, ModelDoesNotFitError, ModelFormatError
+from launcher.core.errors import ConfigError, EngineError, ModelDoesNotFitError, ModelFormatError
 from launcher.core.model_types import LocalModel
 from launcher.core.units import MIB
 from launcher.engine_specs import Availability
@@ -26,6 +26,7 @@ from launcher.engines.base import ModelInfo
 from launcher.engines.llamacpp import _native
 from launcher.engines.llamacpp._backend_probe import probe_in_child
 from launcher.engines.llamacpp._cpu_probe import extra_buffer_types_usable
+from launcher.engines.llamacpp._draft import CATCH_UP_TOKENS, DraftModel, check_same_vocabulary
 from launcher.engines.llamacpp._embedding import Embedder
 from launcher.engines.llamacpp._gguf_header import GgufHeader, check_gguf_file
 from launcher.engines.llamacpp._sliding_window import CheckpointStore
@@ -208,6 +209,9 @@ def _build(
             swa_window=swa_window,
             speculative=config.speculative,
         )
+        draft = _load_draft(llama_cpp, vocab, config, context, parallel, threads)
+        if draft is not None:
+            memory["draft_model"] = draft.weights_bytes
         key = CacheKey(
             model=model.name,
             engine="llamacpp",
@@ -222,11 +226,48 @@ def _build(
         )
         disk_cache = for_model(key, config.prompt_cache_dir, config.prompt_cache_gb)
         return LlamaCppModel(
-            llama_cpp, model_pointer, context_pointer, info, settings, eog, embedder, checkpoints, disk_cache
+            llama_cpp, model_pointer, context_pointer, info, settings, eog, embedder, checkpoints, disk_cache, draft
         )
     except BaseException:
         llama_cpp.llama_free(context_pointer)
         raise
+
+
+def _load_draft(
+    llama_cpp: ModuleType, vocab: Any, config: ServeConfig, context: int, parallel: int, threads: int
+) -> DraftModel | None:
+    """The `--draft` model in its own context (None without one, or with speculation off)."""
+    if config.draft is None or config.speculative in ("off", "ngram"):
+        if config.speculative == "draft":
+            raise ConfigError("--speculative draft needs a draft model: --draft MODEL")
+        return None
+    from launcher.catalog.resolve import resolve_model  # a path, catalog id or library name, as for MODEL
+
+    local = resolve_model(config.draft)
+    path = Path(local.path)
+    header = check_gguf_file(path)
+    model_pointer = _load_model(llama_cpp, path, header, config)
+    try:
+        check_same_vocabulary(llama_cpp, vocab, llama_cpp.llama_model_get_vocab(model_pointer), path.name)
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = context * parallel
+        params.n_batch = params.n_ubatch = CATCH_UP_TOKENS + parallel
+        params.n_seq_max = parallel
+        params.n_threads = params.n_threads_batch = threads
+        params.kv_unified = True
+        params.swa_full = True  # rejected draft tokens can always be dropped (see _draft)
+        params.no_perf = True
+        context_pointer = llama_cpp.llama_init_from_model(model_pointer, params)
+        if not context_pointer:
+            raise ModelDoesNotFitError(
+                f"Not enough memory for the draft model {path.name} at {context} tokens x {parallel} sequences: "
+                "lower --context or --parallel, or serve without --draft."
+            )
+    except BaseException:
+        llama_cpp.llama_model_free(model_pointer)
+        raise
+    log.info("draft model %s loaded for speculative decoding", path.name)
+    return DraftModel(llama_cpp, model_pointer, context_pointer, parallel=parallel, context=context)
 
 
 def _model_info(

@@ -30,6 +30,7 @@ from launcher.engines.base import (
     GenerationRequest,
     ModelInfo,
 )
+from launcher.engines.llamacpp._draft import DraftModel
 from launcher.engines.llamacpp._embedding import Embedder
 from launcher.engines.llamacpp._sampling import ConstraintError, check_grammar, compile_constraint
 from launcher.engines.llamacpp._scheduler import Job, Scheduler
@@ -69,8 +70,10 @@ class LlamaCppModel:
         embedder: Embedder | None,
         checkpoints: CheckpointStore | None = None,
         disk_cache: PromptDiskCache | None = None,
+        draft: DraftModel | None = None,
     ) -> None:
         self.info = info
+        self._draft = draft
         self._ll = llama_cpp
         self._model = model_pointer
         self._ctx = context_pointer
@@ -100,6 +103,7 @@ class LlamaCppModel:
             checkpoints=self._checkpoints,
             disk_cache=disk_cache,
             speculative=settings.speculative,
+            draft=draft,
             can_speculate=not (
                 llama_cpp.llama_model_is_recurrent(model_pointer) or llama_cpp.llama_model_is_hybrid(model_pointer)
             ),
@@ -247,6 +251,8 @@ class LlamaCppModel:
             self._embedder.close()
         self._ll.llama_free(self._ctx)
         self._ll.llama_model_free(self._model)
+        if self._draft is not None:
+            self._draft.close()
         if self._disk_cache is not None:
             self._disk_cache.close()
 

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from launcher.core.errors import ConfigError, ModelFormatError
 from launcher.engines.base import Constraint, GenerationRequest, SamplingParams
 from launcher.engines.llamacpp.model import LlamaCppModel
 from tests.engines.llamacpp.support import load
 from tests.engines.support import Outcome, greedy, run
+from tests.fixtures.models import write_tiny_gguf
 
 REPETITIVE = "alpha beta gamma delta epsilon zeta eta theta " * 6
 STARTER_COPY_SOURCE = Path(__file__).resolve().parents[3] / "launcher" / "engines" / "llamacpp" / "_pacing.py"
@@ -125,3 +127,50 @@ async def test_the_starter_copying_a_file_accepts_most_drafts_and_writes_the_sam
         assert auto.last.accepted_draft_tokens > 20
     finally:
         model.close()
+
+
+# ----- a draft model (--draft) -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def other_tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Another random network with the tiny model's tokenizer: a draft model that guesses poorly."""
+    return write_tiny_gguf(tmp_path_factory.mktemp("tiny-draft") / "tiny-draft.gguf", seed=5)
+
+
+async def test_a_draft_model_of_the_same_network_is_always_right(tiny_gguf: Path) -> None:
+    # The served network drafting for itself: every confident guess is accepted, and the tokens are the
+    # ones decoded without a draft; a prompt with nothing repeated leaves the n-gram drafts out.
+    served = load(tiny_gguf, draft=str(tiny_gguf), speculative="draft")
+    try:
+        assert served.stats().memory["draft_model"] > 0
+        prompt = served.tokenize("<|im_start|>user\nHello there, how are you today?<|im_end|>\n<|im_start|>assistant\n")
+        off = await run(served, greedy(prompt, 100, speculative="off"))
+        drafted = await run(served, greedy(prompt, 100))
+        assert drafted.tokens == off.tokens
+        assert drafted.last.draft_tokens > 15  # the random network is rarely over 60% sure of a token
+        assert drafted.last.accepted_draft_tokens == drafted.last.draft_tokens
+    finally:
+        served.close()
+
+
+async def test_a_poor_draft_model_changes_no_token(tiny_gguf: Path, other_tiny_gguf: Path) -> None:
+    served = load(tiny_gguf, draft=str(other_tiny_gguf), speculative="draft")
+    try:
+        prompts = [served.tokenize(text * 3) for text in ("one two three four ", "red green blue ", "a b c d e f ")]
+        off = await asyncio.gather(*(run(served, greedy(p, 80, speculative="off")) for p in prompts))
+        drafted = await asyncio.gather(*(run(served, greedy(p, 80)) for p in prompts))
+        assert [o.tokens for o in drafted] == [o.tokens for o in off]
+        assert sum(o.last.draft_tokens for o in drafted) > 0
+    finally:
+        served.close()
+
+
+def test_a_draft_model_with_another_vocabulary_is_refused(tiny_gguf: Path, starter_gguf: Path) -> None:
+    with pytest.raises(ModelFormatError, match="vocabulary"):
+        load(tiny_gguf, draft=str(starter_gguf))
+
+
+def test_draft_mode_needs_a_draft_model(tiny_gguf: Path) -> None:
+    with pytest.raises(ConfigError, match="--draft"):
+        load(tiny_gguf, speculative="draft")
