@@ -176,8 +176,9 @@ def model_key_dir(folder: Path, model: LlamaCppModel) -> str:
 async def test_the_starter_model_restored_from_disk_answers_as_read_cold(starter_gguf: Path, tmp_path: Path) -> None:
     folder = tmp_path / "prompts"
     text = _SYSTEM + "\n\nUser: which tool lists the files?\nAssistant:"
-    prompt, cold = await _read_once(starter_gguf, folder, text, 16, parallel=1)
-    _, warm = await _read_once(starter_gguf, folder, text, 16, parallel=1)
+    # speculation off: its batch shapes follow step timings, and a real model's near-ties follow the shapes
+    prompt, cold = await _read_once(starter_gguf, folder, text, 16, parallel=1, speculative="off")
+    _, warm = await _read_once(starter_gguf, folder, text, 16, parallel=1, speculative="off")
     assert cold.last.cached_prompt_tokens == 0
     assert warm.last.disk_prompt_tokens >= len(prompt) - TAIL_TOKENS  # the window's checkpoint, or all but one
     assert warm.tokens == cold.tokens
