@@ -79,6 +79,41 @@ class DeviceFit:
 
 
 @dataclass(frozen=True)
+class DraftMemory:
+    """What a draft model (speculative decoding) costs beside the model it drafts for: its weights, its
+    KV cache for the same context and parallel sequences, its compute buffer and margin (and, for
+    sliding-window drafts under llama.cpp, its checkpoints), against the room the model leaves."""
+
+    name: str  # "Qwen3 0.6B Q8_0"
+    device: str  # where it goes, beside the model: "GPU 0", "GPU 0 + GPU 1", "CPU RAM", the unified pool
+    weights: int
+    kv_cache: int
+    overhead: int
+    room: int  # free memory the model leaves there
+    checkpoints: int = 0
+
+    @property
+    def used(self) -> int:
+        """Bytes the draft adds."""
+        return self.weights + self.kv_cache + self.overhead + self.checkpoints
+
+    @property
+    def fits(self) -> bool:
+        """True when the draft fits in what the model leaves free."""
+        return self.used <= self.room
+
+    def describe(self) -> str:
+        """'draft Qwen3 0.6B Q8_0 on GPU 0: weights 604 MiB | KV 3.5 GiB | overhead 400 MiB = 4.5 GiB of
+        9.1 GiB left'."""
+        checkpoints = f" | KV checkpoints {format_bytes(self.checkpoints)}" if self.checkpoints else ""
+        return (
+            f"draft {self.name} on {self.device}: weights {format_bytes(self.weights)} | "
+            f"KV {format_bytes(self.kv_cache)} | overhead {format_bytes(self.overhead)}{checkpoints} = "
+            f"{format_bytes(self.used)} of {format_bytes(self.room)} left" + ("" if self.fits else "  (over)")
+        )
+
+
+@dataclass(frozen=True)
 class FitResult:
     """The verdict, the breakdown per device, and what to change when it does not fit."""
 
@@ -94,11 +129,17 @@ class FitResult:
     kv_type: KvType
     advice: tuple[str, ...] = ()
     checkpoint_bytes: int = 0  # llama.cpp sliding-window checkpoints at most, in host RAM
+    draft: DraftMemory | None = None  # a draft model proposed or planned beside it (not in needed_bytes)
 
     @property
     def needed_bytes(self) -> int:
-        """Total bytes the load needs, all devices together."""
+        """Total bytes the load needs, all devices together (the model alone: see `with_draft_bytes`)."""
         return self.weights_bytes + self.kv_bytes + self.overhead_bytes + self.checkpoint_bytes
+
+    @property
+    def with_draft_bytes(self) -> int:
+        """Total bytes with the draft model, when there is one."""
+        return self.needed_bytes + (self.draft.used if self.draft else 0)
 
     @property
     def fits(self) -> bool:
@@ -114,8 +155,11 @@ class FitResult:
         return base
 
     def breakdown(self) -> str:
-        """One line per device: weights | KV | overhead | (KV checkpoints |) free."""
-        return "\n".join(dev.describe() for dev in self.devices)
+        """One line per device: weights | KV | overhead | (KV checkpoints |) free; then the draft model's line."""
+        lines = [dev.describe() for dev in self.devices]
+        if self.draft is not None:
+            lines.append(self.draft.describe())
+        return "\n".join(lines)
 
 
 def weights_bytes(arch: Architecture, bits_per_weight: float) -> int:
@@ -365,3 +409,23 @@ def _fit_discrete(
         gpu_layers=on_gpu,
         overhead_bytes=overhead_total + compute,
     )
+
+
+def fit_draft(
+    fit: FitResult, arch: Architecture, weights: int, *, name: str, sliding: SlidingCache = "llamacpp"
+) -> DraftMemory | None:
+    """A draft model sized beside the model `fit` placed: its weights, its KV cache at the same context,
+    parallel sequences and KV type, its compute buffer and margin, against the memory the model leaves
+    free where it runs (its GPUs, the unified pool, or CPU RAM). None when the model runs with a partial
+    offload (a draft would take GPU layers from it) or does not fit at all.
+
+    Conservative on purpose: a sliding-window draft's checkpoints are counted in the same room."""
+    if fit.verdict not in ("full_gpu", "unified", "cpu"):
+        return None
+    kv = kv_cache_bytes(arch, fit.context, fit.parallel, fit.kv_type, sliding)
+    checkpoints = swa_checkpoint_bytes(arch, fit.context, fit.parallel, fit.kv_type) if sliding == "llamacpp" else 0
+    overhead = compute_buffer_bytes(arch, fit.context, fit.parallel) + int(SAFETY_MARGIN * (weights + kv))
+    holding = [d for d in fit.devices if d.weights or d.kv_cache] or list(fit.devices[:1])
+    room = sum(max(0, d.free - d.used) for d in holding)
+    device = " + ".join(d.device.split(":")[0] if d.device.startswith("GPU") else d.device for d in holding)
+    return DraftMemory(name, device, weights, kv, overhead, room, checkpoints)

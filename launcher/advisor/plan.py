@@ -6,8 +6,11 @@ for any model, catalog or not, from the architecture numbers read out of the fil
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
+from launcher.advisor.draft import local_draft
 from launcher.advisor.fit import VERDICT_RANK, FitResult, KvType, fit_model
 from launcher.advisor.options import (
     KV_LEVER,
@@ -20,8 +23,16 @@ from launcher.advisor.options import (
 from launcher.core.config import AUTO_ENGINE, ServeConfig
 from launcher.core.errors import ModelFormatError, in_context
 from launcher.core.model_types import Architecture
+from launcher.core.units import format_bytes
 from launcher.engine_specs import EngineStatus, engines_for_format
 from launcher.hardware.machine import Machine
+
+if TYPE_CHECKING:
+    from launcher.catalog.library import LibraryEntry
+    from launcher.catalog.schema import Catalog
+
+NO_DRAFT_MODES = ("off", "ngram")
+"""`ServeConfig.speculative` modes in which no draft model is loaded, so none is filled in."""
 
 SERVE_CONTEXTS = (32768, 16384, 8192, 4096, 2048)
 """The contexts a serve plan tries, largest first, when none is asked: 32k is what coding agents
@@ -43,7 +54,8 @@ class ServePlan:
     reason: str
     gpu_layers: int  # -1 = all
     context: int
-    fit: FitResult
+    fit: FitResult  # its `draft` is the draft model's memory line when `draft` is set
+    draft: str | None = None  # path of a downloaded draft model that fits beside it (ServeConfig.draft)
 
     @property
     def kv_type(self) -> KvType:
@@ -52,7 +64,8 @@ class ServePlan:
 
     def fill(self, config: ServeConfig) -> ServeConfig:
         """`config` with this plan's engine, context, GPU layers and KV cache type where it left them
-        open: what the user set stays, and the server, the app and the engines all run this decision."""
+        open: what the user set stays, and the server, the app and the engines all run this decision.
+        The draft model is filled only where the config names none and its speculative mode uses one."""
         updates: dict[str, object] = {}
         if config.engine == "auto":
             updates["engine"] = self.engine
@@ -62,6 +75,8 @@ class ServePlan:
             updates["gpu_layers"] = self.gpu_layers
         if config.kv_cache_type == "auto":
             updates["kv_cache_type"] = self.kv_type
+        if self.draft is not None and config.draft is None and config.speculative not in NO_DRAFT_MODES:
+            updates["draft"] = self.draft
         return config.model_copy(update=updates) if updates else config
 
 
@@ -152,11 +167,25 @@ def plan_local(
 
 
 def plan_for_config(
-    machine: Machine, fmt: str, arch: Architecture, weights: int, config: ServeConfig, status: EngineStatus | None
+    machine: Machine,
+    fmt: str,
+    arch: Architecture,
+    weights: int,
+    config: ServeConfig,
+    status: EngineStatus | None,
+    *,
+    catalog_id: str | None = None,
+    library: Iterable[LibraryEntry] | None = None,
+    catalog: Catalog | None = None,
 ) -> ServePlan:
     """The serve plan for `config`: what it pins stays pinned, the rest is the advisor's. The server
-    and the app both plan through here, so the app's model list and `launcher serve` agree."""
-    return plan_local(
+    and the app both plan through here, so the app's model list and `launcher serve` agree.
+
+    With the served model's `catalog_id` and the local `library` (`catalog.library.scan_library()`),
+    a config that names no draft model and whose speculative mode uses one gets the catalog's draft
+    for it when a copy is in the library and fits beside the model (`ServePlan.draft`, its memory in
+    `fit.draft`). Nothing is downloaded; without a library no draft is planned."""
+    plan = plan_local(
         machine,
         fmt,
         arch,
@@ -166,4 +195,15 @@ def plan_for_config(
         engine=None if config.engine == AUTO_ENGINE else config.engine,
         status=status,
         kv_type=None if config.kv_cache_type == "auto" else config.kv_cache_type,
+    )
+    if library is None or config.draft is not None or config.speculative in NO_DRAFT_MODES:
+        return plan
+    pick = local_draft(catalog_id, plan.engine, fmt, plan.fit, library, catalog=catalog)
+    if pick is None or pick.path is None:
+        return plan
+    return replace(
+        plan,
+        draft=str(pick.path),
+        fit=replace(plan.fit, draft=pick.memory),
+        reason=f"{plan.reason}; draft model {pick.label} ({format_bytes(pick.memory.used)} beside it)",
     )

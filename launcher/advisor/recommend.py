@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from launcher.advisor.calibration_store import CalibrationChoice, resolve_calibration
+from launcher.advisor.draft import DraftPick, propose_draft
 from launcher.advisor.fit import VERDICT_LABELS, VERDICT_RANK
 from launcher.advisor.fit_advice import advice, full_gpu_hint, variant
 from launcher.advisor.options import (
@@ -56,6 +57,8 @@ class Recommendation:
     choice: Option
     reasons: tuple[str, ...]
     alternatives: tuple[Option, ...]
+    # The catalog's draft model (speculative decoding) when it fits beside the choice; its memory is choice.fit.draft.
+    draft: DraftPick | None = None
 
     @property
     def fits(self) -> bool:
@@ -229,6 +232,7 @@ def recommend(
     else:
         contexts = context_ladder(model.architecture.max_context, TEAM_CONTEXTS if team else SERVE_CONTEXTS)
     chosen: Option | None = None
+    draft: DraftPick | None = None
     options: list[Option] = []
     reasons: list[str] = []
     used_context = contexts[0]
@@ -276,6 +280,12 @@ def recommend(
             reasons.append(
                 in_context(f"{engine_label(chosen.engine)} is not usable here yet", chosen.unavailable_reason)
             )
+        draft, draft_reason = propose_draft(model, chosen.engine, chosen.format, chosen.fit)
+        if draft is not None:
+            options = [o for o in options if o is not chosen]  # the choice, now with its draft line
+            chosen = replace(chosen, fit=replace(chosen.fit, draft=draft.memory))
+        if draft_reason:
+            reasons.append(draft_reason)
     others = sorted(
         (o for o in options if o is not chosen),
         key=lambda o: (
@@ -294,6 +304,7 @@ def recommend(
         choice=chosen,
         reasons=tuple(reasons),
         alternatives=tuple(alternatives),
+        draft=draft,
     )
 
 

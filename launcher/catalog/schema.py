@@ -36,6 +36,12 @@ SPLIT_SHARD = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.g
 MLX_VARIANT = re.compile(r"^\d+bit$")  # mlx-community style: "4bit", "8bit"
 EXL_VARIANT = re.compile(r"^\d+(\.\d{1,2})?bpw$")  # branch names: "4.0bpw" (turboderp), "4.00bpw" (newer)
 HUB_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+DRAFT_VOCAB_TOLERANCE = 128
+"""How many tokens a draft's vocabulary may differ from its target's: llama.cpp's speculative check
+(common/speculative.cpp, SPEC_VOCAB_MAX_SIZE_DIFFERENCE) accepts up to this, the rest of the tokens
+matching by text. Qwen2.5's 7B+ configs pad the vocabulary to 152064, the 0.5B keeps 151936."""
+DRAFT_MIN_CONTEXT = 32768
+"""A draft must read as much context as the model serves by default (the advisor's largest rung, 32k)."""
 
 
 def is_gguf_quant_name(name: str) -> bool:
@@ -178,6 +184,11 @@ class CatalogModel(BaseModel):
         default_factory=dict, description="fp8/awq/mxfp4 -> repo for vLLM and SGLang (the hand-off)"
     )
     starter: bool = Field(False, description="the embedded default shipped on PyPI")
+    draft: str | None = Field(
+        None,
+        description="catalog id of a smaller model of the same family and vocabulary that drafts tokens for this "
+        "one (speculative decoding); checked against the whole catalog",
+    )
 
     _upstream = field_validator("upstream_repo")(_check_repo)
 
@@ -243,7 +254,44 @@ class Catalog(BaseModel):
             raise ValueError(f"duplicate catalog ids: {sorted(dupes)}")
         if sum(m.starter for m in self.models) != 1:
             raise ValueError("exactly one catalog entry must be the starter model")
+        problems = [problem for m in self.models if (problem := self._draft_problem(m))]
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
+
+    def _draft_problem(self, model: CatalogModel) -> str | None:
+        """Why `model`'s draft cannot draft for it (None when it can, or it names none)."""
+        if model.draft is None:
+            return None
+        draft = self.get(model.draft)
+        where = f"model {model.id!r}: draft {model.draft!r}"
+        if draft is None:
+            return f"{where} is not a catalog id"
+        if draft.id == model.id:
+            return f"{where} is the model itself"
+        if draft.family != model.family:
+            return f"{where} is family {draft.family!r}, not {model.family!r}: a draft needs the same tokenizer"
+        if draft.architecture.params_total_b >= model.architecture.params_total_b:
+            return (
+                f"{where} ({draft.architecture.params_total_b:g}B) is not smaller than the model "
+                f"({model.architecture.params_total_b:g}B)"
+            )
+        ours, theirs = model.architecture.vocab_size, draft.architecture.vocab_size
+        if ours is None or theirs is None:
+            return f"{where}: both entries must record vocab_size so the vocabularies can be compared"
+        if abs(ours - theirs) > DRAFT_VOCAB_TOLERANCE:
+            return f"{where} has a vocabulary of {theirs} tokens, the model {ours}: not the same tokenizer"
+        if draft.gguf is None:
+            return f"{where} has no GGUF weights (llama.cpp runs the draft)"
+        needed = min(model.architecture.max_context, DRAFT_MIN_CONTEXT)
+        if draft.architecture.max_context < needed:
+            return f"{where} handles {draft.architecture.max_context} tokens of context, the model needs {needed}"
+        return None
+
+    def draft_for(self, model_id: str) -> CatalogModel | None:
+        """The catalog entry that drafts tokens for `model_id` (speculative decoding), or None."""
+        model = self.get(model_id)
+        return self.get(model.draft) if model is not None and model.draft else None
 
     def get(self, model_id: str) -> CatalogModel | None:
         """The entry with this id, or None."""

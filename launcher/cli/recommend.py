@@ -71,6 +71,19 @@ def option_json(option: Option) -> dict[str, Any]:
                 for d in fit.devices
             ],
             "advice": list(fit.advice),
+            # The draft model (speculative decoding) proposed beside it, not counted in the bytes above.
+            "draft": None
+            if fit.draft is None
+            else {
+                "name": fit.draft.name,
+                "device": fit.draft.device,
+                "weights": fit.draft.weights,
+                "kv_cache": fit.draft.kv_cache,
+                "overhead": fit.draft.overhead,
+                "checkpoints": fit.draft.checkpoints,
+                "used": fit.draft.used,
+                "room": fit.draft.room,
+            },
         },
         "speed": {
             "decode_tok_s": [round(option.speed.decode_low, 1), round(option.speed.decode_high, 1)],
@@ -101,6 +114,9 @@ def recommendation_json(rec: Recommendation) -> dict[str, Any]:
         "choice": option_json(rec.choice),
         "reasons": list(rec.reasons),
         "alternatives": [option_json(o) for o in rec.alternatives],
+        "draft": None
+        if rec.draft is None
+        else {"model": rec.draft.model.id, "quant": rec.draft.quant, "source": rec.draft.source},
     }
 
 

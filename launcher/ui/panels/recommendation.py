@@ -171,8 +171,9 @@ class RecommendationPanel(Card):
             self._bars_layout.addWidget(bar)
             self.bars.append(bar)
         sequences = f", {fit.parallel} parallel" if fit.parallel > 1 else ""
+        draft = f" + draft model {format_bytes(fit.draft.used)} ({fit.draft.name})" if fit.draft else ""
         self.memory_title.setText(
-            f"Memory at {fit.context // 1024}k context{sequences}: {format_bytes(fit.needed_bytes)}"
+            f"Memory at {fit.context // 1024}k context{sequences}: {format_bytes(fit.needed_bytes)}{draft}"
         )
         self.advice.setText("\n".join(fit.advice))
         self.advice.setVisible(bool(fit.advice))
