@@ -20,6 +20,7 @@ from launcher.core.units import GIB
 
 if TYPE_CHECKING:
     from launcher.advisor.fit import FitResult
+    from launcher.catalog.library import LibraryEntry
     from launcher.core.model_types import Architecture
     from launcher.hardware.machine import Machine
 
@@ -112,7 +113,32 @@ def plan(config: ServeConfig, machine: Machine | None = None) -> ServeSetup:
         return ServeSetup(model, engine, f"{engine} runs {model.format.upper()} models", filled, needed)
     # Cheap engine checks only (hardware, installed): asking a runtime imports it, and MLX alone
     # costs a server ~28 MB that will never run it.
-    serve_plan = plan_for_config(machine, model.format, arch, weights, config, engine_status(machine))
+    # The library, for the catalog's draft model when a copy is downloaded (never fetched from here).
+    library = _library_for_draft(model, config)
+    serve_plan = plan_for_config(
+        machine,
+        model.format,
+        arch,
+        weights,
+        config,
+        engine_status(machine),
+        catalog_id=model.catalog_id,
+        library=library,
+    )
     if not serve_plan.fit.fits:
         raise ModelDoesNotFitError(_fit_message(model, serve_plan.fit))
-    return ServeSetup(model, serve_plan.engine, serve_plan.reason, serve_plan.fill(config), serve_plan.fit.needed_bytes)
+    filled = serve_plan.fill(config)
+    return ServeSetup(model, serve_plan.engine, serve_plan.reason, filled, serve_plan.fit.with_draft_bytes)
+
+
+def _library_for_draft(model: LocalModel, config: ServeConfig) -> list[LibraryEntry] | None:
+    """The local library when the advisor may pick a draft model for `model` (one of the catalog's with
+    a draft, no --draft given, speculation that uses one); None otherwise, sparing the scan."""
+    from launcher.catalog.catalog import default_catalog
+    from launcher.catalog.library import scan_library
+
+    if model.catalog_id is None or config.draft is not None or config.speculative in ("off", "ngram"):
+        return None
+    if default_catalog().draft_for(model.catalog_id) is None:
+        return None
+    return scan_library(include_starter=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,25 @@ def test_an_engine_that_cannot_load_the_format_is_refused_before_loading(tiny_gg
         ModelFormatError, match=r"MLX \(mlx-lm\) \(--engine mlx\) does not load GGUF models; llamacpp does"
     ):
         plan(ServeConfig(model=str(tiny_gguf), engine="mlx"), load_recorded("macbook-air-m2-16gb"))
+
+
+def test_a_downloaded_draft_model_is_planned_for_its_catalog_pair(tiny_gguf: Path) -> None:
+    # Qwen2.5-Coder 7B and its catalog draft (0.5B) both pulled into the Hugging Face cache: `launcher serve
+    # qwen2.5-coder-7b` drafts with the 0.5B, and counts its memory; without the 0.5B it plans none.
+    from tests.advisor.machines import desktop_4090
+    from tests.catalog.helpers import make_cached_repo
+
+    cache = Path(os.environ["HF_HUB_CACHE"])
+    weights = tiny_gguf.read_bytes()  # the files' contents do not matter to the plan beyond their header
+    make_cached_repo(
+        cache, "bartowski/Qwen2.5-Coder-7B-Instruct-GGUF", {"Qwen2.5-Coder-7B-Instruct-Q4_K_M.gguf": weights}
+    )
+    alone = plan(ServeConfig(model="qwen2.5-coder-7b"), desktop_4090())
+    assert alone.config.draft is None
+    make_cached_repo(
+        cache, "bartowski/Qwen2.5-Coder-0.5B-Instruct-GGUF", {"Qwen2.5-Coder-0.5B-Instruct-Q8_0.gguf": weights}
+    )
+    paired = plan(ServeConfig(model="qwen2.5-coder-7b"), desktop_4090())
+    assert paired.config.draft is not None and paired.config.draft.endswith("Qwen2.5-Coder-0.5B-Instruct-Q8_0.gguf")
+    assert paired.needed_bytes > alone.needed_bytes
+    assert plan(ServeConfig(model="qwen2.5-coder-7b", speculative="ngram"), desktop_4090()).config.draft is None
