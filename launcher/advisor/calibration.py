@@ -93,6 +93,9 @@ class CalibrationRun:
     decode_tps: float | None = None
     prefill_tps: float | None = None
     memory_bytes: int | None = None
+    # Decode tok/s with speculative decoding on ("auto") / off, on text the answer copies from the prompt
+    # (an edit); None: not measured (runs stored before it was, a server without speculation).
+    speculative_speedup: float | None = None
 
     def ratio(self, metric: Metric) -> float | None:
         """measured / predicted for `metric`, None when that run could not measure it."""
@@ -168,6 +171,22 @@ class MachineCalibration:
         if same_engine:
             return Calibration(tuple(same_engine[-RUNS_KEPT:]), other_sizes=True)
         return None
+
+    def speculative_speedups(self, engine: str, params_active_b: float | None = None) -> tuple[float, ...]:
+        """The speed-ups speculative decoding gave `engine` on copied text in this machine's runs,
+        oldest first: those of the model's size class when given and measured, else all of the engine's."""
+        measured = [r for r in self.runs if r.engine == engine and r.speculative_speedup is not None]
+        if params_active_b is not None:
+            wanted = size_class(params_active_b)
+            measured = [r for r in measured if r.size_class == wanted] or measured
+        return tuple(r.speculative_speedup for r in measured[-RUNS_KEPT:] if r.speculative_speedup is not None)
+
+    def speculative_speedup(self, engine: str, params_active_b: float | None = None) -> float | None:
+        """How much faster `engine` decodes text the answer copies from the prompt (an agent rewriting a
+        file with a small change) with speculative decoding on than off: the median of this machine's
+        runs (`speculative_speedups`), None without any. Prose gains nothing from it."""
+        speedups = self.speculative_speedups(engine, params_active_b)
+        return statistics.median(speedups) if speedups else None
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,9 @@ FILE_FORMAT = "launcher-calibration"
 FILE_VERSION = 1
 _FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 _RATIOS = ("decode_ratio", "prefill_ratio", "memory_ratio")
-_MEASURED = ("decode_tps", "prefill_tps", "memory_bytes")  # optional: runs stored before they were kept
+# Optional, each a positive number or null: runs stored before they were kept lack them.
+_MEASURED = ("decode_tps", "prefill_tps", "memory_bytes", "speculative_speedup")
+_OMITTED_WHEN_NONE = ("speculative_speedup",)  # left out unmeasured: older launchers reject unknown keys
 
 CalibrationChoice = MachineCalibration | Literal["stored"] | None
 """What a prediction is calibrated with: "stored" (this machine's runs from the data folder),
@@ -108,7 +110,18 @@ def _run_from_json(item: object) -> CalibrationRun:
         decode_tps=_number(item.get("decode_tps")),
         prefill_tps=_number(item.get("prefill_tps")),
         memory_bytes=None if item.get("memory_bytes") is None else int(item["memory_bytes"]),
+        speculative_speedup=_number(item.get("speculative_speedup")),
     )
+
+
+def _run_to_json(run: CalibrationRun) -> dict[str, Any]:
+    """The run as stored: every field, but those added later only when measured, so that a file whose
+    runs never measured them stays readable by a launcher from before them."""
+    item = asdict(run)
+    for key in _OMITTED_WHEN_NONE:
+        if item[key] is None:
+            del item[key]
+    return item
 
 
 def _number(value: object) -> float | None:
@@ -239,7 +252,7 @@ def record_run(machine: Machine, run: CalibrationRun, path: Path | None = None) 
         "format": FILE_FORMAT,
         "version": FILE_VERSION,
         "machines": {
-            key: {"machine": record.description, "runs": [asdict(r) for r in record.runs]}
+            key: {"machine": record.description, "runs": [_run_to_json(r) for r in record.runs]}
             for key, record in sorted(records.items())
         },
     }

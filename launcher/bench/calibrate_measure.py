@@ -8,6 +8,8 @@ Definitions (what the advisor's speed model predicts, so the two can be compared
   ~1,000-token prompt makes small. The median over requests.
 - memory: the engine's own figures in /metrics, launcher_engine_memory_bytes{kind="weights"} +
   {kind="kv_cache"} + {kind="compute"} (older servers report no compute: then weights + KV).
+- speculative speed-up: decode tok/s of an answer that copies a code snippet from its prompt with
+  `"speculative": "auto"` over the same with "off" (launcher.bench.calibrate_speculative).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from launcher.bench.calibrate_speculative import SpeculativeMeasurement, measure_speculative
 from launcher.bench.memory import load_average
 from launcher.bench.runner import RequestResult, calibrate_tokens_per_word, metrics_url, stream_chat
 from launcher.bench.workloads import (
@@ -43,6 +46,7 @@ class CalibrationWorkload:
     prefill_prompt_tokens: int = 1000
     prefill_max_tokens: int = 2  # one token ends the prefill; two in case the first is not content
     min_decode_chunks: int = 8  # fewer (an early stop) times too few steps to trust
+    edit_copy_tokens: int = 150  # of the code snippet copied with speculation off, then on; 0: not measured
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,12 @@ class Measurement:
     memory_parts: dict[str, int] = field(default_factory=dict)
     errors: tuple[str, ...] = ()
     load_before: float | None = None  # 1-minute load average as the run began: other work skews speeds
+    speculative: SpeculativeMeasurement | None = None  # None: not part of this workload
+
+    @property
+    def speculative_speedup(self) -> float | None:
+        """Decode on copied text, speculation "auto" / "off" (None: not measured)."""
+        return self.speculative.speedup if self.speculative is not None else None
 
 
 def decode_rate(result: RequestResult, min_chunks: int) -> float | None:
@@ -175,6 +185,11 @@ async def measure(
         elif result.error:
             errors.append(result.error)
     parts = await engine_memory(client, base_url)
+    speculative = (
+        await measure_speculative(client, base_url, model, workload.edit_copy_tokens, workload.min_decode_chunks)
+        if workload.edit_copy_tokens > 0
+        else None
+    )
     return Measurement(
         decode_tps=server_decode or _median(decode),
         prefill_tps=_median(prefill),
@@ -185,4 +200,5 @@ async def measure(
         memory_parts=parts,
         errors=tuple(dict.fromkeys(errors))[:3],
         load_before=load_before,
+        speculative=speculative,
     )

@@ -8,6 +8,7 @@ from typing import Any
 from launcher.advisor.calibration import describe_machine
 from launcher.advisor.speed import format_tps
 from launcher.bench.calibrate import CalibrationOutcome
+from launcher.bench.calibrate_speculative import SpeculativeMeasurement
 from launcher.core.units import format_bytes
 
 
@@ -52,6 +53,7 @@ def render_text(outcome: CalibrationOutcome) -> str:
         f"{'':<8}  {'predicted by the model':<34}  {'measured':<26}  error",
         *(f"{name:<8}  {predicted:<34}  {got:<26}  {error}".rstrip() for name, predicted, got, error in rows),
     ]
+    lines += ["", _speculative_measured(measured.speculative)] if measured.speculative is not None else []
     cores = outcome.machine.cpu.logical_cores
     if measured.load_before is not None and measured.load_before >= cores:
         lines += [
@@ -75,6 +77,8 @@ def render_text(outcome: CalibrationOutcome) -> str:
     ]
     if outcome.calibrated_speed is not None:
         lines.append(f"Now predicted: {outcome.calibrated_speed.summary()}")
+    if (stored := _speculative_stored(outcome)) is not None:
+        lines.append(stored)
     if outcome.calibrated_memory is not None:
         memory = outcome.calibrated_memory
         engine_part = memory.needed - memory.checkpoint_bytes
@@ -87,6 +91,36 @@ def render_text(outcome: CalibrationOutcome) -> str:
             f"for weights, KV and compute{checkpoints}; {memory.note}"
         )
     return "\n".join(lines) + "\n"
+
+
+def _speculative_measured(spec: SpeculativeMeasurement) -> str:
+    """What this run measured: 'Speculative decoding on copied text (edit): 1.62x (off 40 tok/s,
+    auto 65 tok/s; 120 of 140 draft tokens accepted)', or why it was not measured."""
+    off, auto, speedup = spec.off_tps, spec.auto_tps, spec.speedup
+    if off is None or auto is None or speedup is None:
+        return f"Speculative decoding on copied text (edit): not measured ({spec.skipped or 'no answer to time'})"
+    rates = f"off {format_tps(off)} tok/s, auto {format_tps(auto)} tok/s"
+    if spec.draft_tokens == 0:
+        rates += "; the engine drafted nothing"
+    elif spec.draft_tokens is not None and spec.accepted_tokens is not None:
+        rates += f"; {spec.accepted_tokens} of {spec.draft_tokens} draft tokens accepted"
+    return f"Speculative decoding on copied text (edit): {speedup:.2f}x ({rates})"
+
+
+def _speculative_stored(outcome: CalibrationOutcome) -> str | None:
+    """'Speculative decoding: 1.6x on copied text (edit) with llamacpp on this machine, from 3 runs; ...'."""
+    if outcome.stored is None:
+        return None
+    engine, params = outcome.served.engine, outcome.prediction.arch.params_active_b
+    speedups = outcome.stored.speculative_speedups(engine, params)
+    speedup = outcome.stored.speculative_speedup(engine, params)
+    if speedup is None:
+        return None
+    plural = "run" if len(speedups) == 1 else "runs"
+    return (
+        f"Speculative decoding: {speedup:.1f}x on copied text (edit) with {engine} on this machine, "
+        f"from {len(speedups)} {plural}; prose gains nothing from it."
+    )
 
 
 def outcome_json(outcome: CalibrationOutcome) -> dict[str, Any]:
@@ -124,6 +158,8 @@ def outcome_json(outcome: CalibrationOutcome) -> dict[str, Any]:
             "memory_parts": measured.memory_parts,
             "errors": list(measured.errors),
             "load_average_before": measured.load_before,
+            "speculative": None if measured.speculative is None else asdict(measured.speculative),
+            "speculative_speedup": measured.speculative_speedup,
         },
         "error_percent": {
             "decode": error_percent(speed.decode_mid, measured.decode_tps),
@@ -141,6 +177,9 @@ def outcome_json(outcome: CalibrationOutcome) -> dict[str, Any]:
             "runs": calibrated.calibrated_runs,
             "note": calibrated.calibration_note,
             "memory_bytes": None if outcome.calibrated_memory is None else outcome.calibrated_memory.needed,
+            "speculative_speedup": None
+            if outcome.stored is None
+            else outcome.stored.speculative_speedup(served.engine, outcome.prediction.arch.params_active_b),
         },
     }
 

@@ -5,6 +5,9 @@ Timings are fixed so the measured rates are known: a prompt of at least `long_pr
 takes `prefill_delay` to its first token, a shorter one `short_delay`; then one chunk every
 `decode_delay`. Usage counts one prompt token per word plus `template_tokens`, of which the
 template's `template_tokens` are reported as cached, so the uncached prompt tokens are the words.
+
+With `speculative_speedup` set it also speculates: /metrics has the speculative draft counters and a
+streaming /v1/completions decodes `speculative_speedup` times faster for a body with "speculative": "auto".
 """
 
 from __future__ import annotations
@@ -46,7 +49,11 @@ class FakeServe:
     # each stream adds its tokens after the first and that many times this delay.
     server_decode_delay: float | None = None
     stream_decode: list[float] = field(default_factory=lambda: [0.0, 0.0])  # tokens, seconds
+    speculative_speedup: float | None = None  # set: speculates (see the module's docstring)
+    reject_speculative: bool = False  # a 400 for a body with a `speculative` field, as a strict server
+    drafts: list[int] = field(default_factory=lambda: [0, 0])  # drafted, accepted
     bodies: list[dict[str, Any]] = field(default_factory=list)
+    completion_bodies: list[dict[str, Any]] = field(default_factory=list)
     health_headers: list[str] = field(default_factory=list)
 
     def serving(self) -> dict[str, Any]:
@@ -102,6 +109,13 @@ def build_app(fake: FakeServe) -> Starlette:
                 "# TYPE launcher_stream_decode_seconds_total counter",
                 f"launcher_stream_decode_seconds_total {seconds}",
             ]
+        if fake.speculative_speedup is not None:
+            lines += [
+                "# TYPE launcher_speculative_draft_tokens counter",
+                f'launcher_speculative_draft_tokens_total{{model="{MODEL_ID}"}} {fake.drafts[0]}',
+                "# TYPE launcher_speculative_accepted_tokens counter",
+                f'launcher_speculative_accepted_tokens_total{{model="{MODEL_ID}"}} {fake.drafts[1]}',
+            ]
         return PlainTextResponse("\n".join(lines) + "\n")
 
     async def chat(request: Request) -> Response:
@@ -135,10 +149,39 @@ def build_app(fake: FakeServe) -> Starlette:
 
         return StreamingResponse(stream(), media_type="text/event-stream")
 
+    async def completions(request: Request) -> Response:
+        body = await request.json()
+        fake.completion_bodies.append(body)
+        if fake.speculative_speedup is None and not fake.reject_speculative:  # a server without speculation
+            return JSONResponse({"error": {"message": "not found"}}, status_code=404)
+        if fake.reject_speculative and "speculative" in body:
+            return JSONResponse({"error": {"message": "unknown field speculative"}}, status_code=400)
+        speedup = fake.speculative_speedup if body.get("speculative") == "auto" else None
+        tokens = int(body["max_tokens"])
+
+        async def stream() -> AsyncIterator[str]:
+            await asyncio.sleep(fake.short_delay)
+            for index in range(tokens):
+                if index:
+                    await asyncio.sleep(fake.decode_delay / (speedup or 1.0))
+                yield f"data: {json.dumps({'id': 'c', 'choices': [{'index': 0, 'text': f'x{index} '}]})}\n\n"
+            if fake.server_decode_delay is not None:
+                fake.stream_decode[0] += tokens - 1
+                fake.stream_decode[1] += (tokens - 1) * fake.server_decode_delay / (speedup or 1.0)
+            if speedup is not None:
+                fake.drafts[0] += tokens
+                fake.drafts[1] += tokens // 2
+            usage = {"prompt_tokens": 400, "completion_tokens": tokens}
+            yield f"data: {json.dumps({'id': 'c', 'choices': [], 'usage': usage})}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
     return Starlette(
         routes=[
             Route("/health", health, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
             Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/completions", completions, methods=["POST"]),
         ]
     )
