@@ -147,6 +147,11 @@ class Calibration:
         ratios = [r for run in self.runs if (r := run.ratio(metric)) is not None]
         return correction(ratios, other_sizes=self.other_sizes)
 
+    def speculative_speedup(self) -> float | None:
+        """The median speed-up speculative decoding gave these runs on copied text (None: not measured)."""
+        measured = [run.speculative_speedup for run in self.runs if run.speculative_speedup is not None]
+        return statistics.median(measured) if measured else None
+
     def note(self, runs: int) -> str:
         """'calibrated from 3 runs on this machine' (or '... of other model sizes ...')."""
         plural = "run" if runs == 1 else "runs"

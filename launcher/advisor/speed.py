@@ -44,6 +44,9 @@ class SpeedEstimate:
     bound: str  # plain words: "GPU memory bandwidth (1008 GB/s)"
     calibrated_runs: int = 0  # runs on this machine that set the decode range (0: the model alone)
     calibration_note: str = ""  # "calibrated from 3 runs on this machine"
+    # Measured on this machine (calibration runs): decode with speculative decoding on text the answer copies
+    # from the prompt, over decode without it (None: not measured). Prose gains nothing.
+    copy_speedup: float | None = None
 
     @property
     def decode_mid(self) -> float:
@@ -66,7 +69,8 @@ class SpeedEstimate:
     def summary(self) -> str:
         """'decode 35-56 tok/s, prefill 900-1800 tok/s (GPU memory bandwidth ...; calibrated from 3 runs ...)'."""
         why = f"{self.bound}; {self.calibration_note}" if self.calibration_note else self.bound
-        return f"decode {self.decode_range()} tok/s, prefill {self.prefill_range()} tok/s ({why})"
+        copying = f"; {self.copy_speedup:.1f}x on copied text" if self.copy_speedup else ""
+        return f"decode {self.decode_range()} tok/s{copying}, prefill {self.prefill_range()} tok/s ({why})"
 
 
 def format_tps(value: float) -> str:
@@ -174,6 +178,7 @@ def calibrated(estimate: SpeedEstimate, calibration: Calibration) -> SpeedEstima
         return estimate
     return replace(
         estimate,
+        copy_speedup=calibration.speculative_speedup(),
         decode_low=decode[0],
         decode_high=decode[1],
         prefill_low=prefill[0],

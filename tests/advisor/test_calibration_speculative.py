@@ -92,3 +92,14 @@ def test_the_speedup_is_the_median_of_this_engines_runs() -> None:
     assert MachineCalibration("0" * 16).speculative_speedup("llamacpp") is None
     only_unmeasured = MachineCalibration("0" * 16, (_run(None),))
     assert only_unmeasured.speculative_speedup("llamacpp") is None
+
+
+def test_the_speed_prediction_says_what_speculation_gave_copied_text_here() -> None:
+    from launcher.advisor.calibration import Calibration
+    from launcher.advisor.speed import SpeedEstimate, calibrated
+
+    raw = SpeedEstimate(decode_low=40, decode_high=60, prefill_low=500, prefill_high=900, bound="RAM bandwidth")
+    measured = calibrated(raw, Calibration((_run(1.4), _run(1.8), _run(None))))
+    assert measured.copy_speedup == pytest.approx(1.6)
+    assert "1.6x on copied text" in measured.summary()
+    assert "copied text" not in calibrated(raw, Calibration((_run(None),))).summary()
