@@ -12,6 +12,8 @@ a finished request's KV cache is kept under its tokens, and a later prompt start
 cached prefix (trimmed with mlx-lm's cache trimming when the cached entry runs past the shared part).
 Under it, the prompt cache on disk (`_disk_tier`): a finished sequence's KV cache is also written
 there, and a prompt that memory serves much less of than the disk starts from a stored entry.
+n-gram speculative decoding (`_speculative`) replaces the BatchGenerator's generation step with one
+that verifies each sequence's draft in the same batched forward, where the model's caches allow it.
 
 Known limitation of mlx's Linux CPU build (0.32): once a non-main thread has run ops large enough
 to be split across CPU workers (e.g. a prompt longer than one prefill step), the process may abort
@@ -27,14 +29,18 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from launcher.core.config import SpeculativeMode
 from launcher.engines._scheduler_base import Occupancy, SchedulerThread
 from launcher.engines.base import FinishReason, GenerationEvent, GenerationRequest, TokenLogprob
 from launcher.engines.mlx._disk_tier import DiskTier, reusable
 from launcher.engines.mlx._sampling import GrammarProcessor, make_processors, make_sampler
 from launcher.engines.mlx._tokens import IncrementalText, TokenizerAccess
 from launcher.engines.prompt_cache import PromptDiskCache
+
+if TYPE_CHECKING:  # the module imports mlx, which is loaded on the scheduler thread
+    from launcher.engines.mlx._speculative import SpeculativeBatch
 
 log = logging.getLogger("launcher.engines.mlx")
 
@@ -71,7 +77,15 @@ class Loaded:
 class Scheduler(SchedulerThread[Job]):
     """Owns the MLX model on its own thread; `submit` is called from the server's event loop."""
 
-    def __init__(self, loader: Callable[[], Loaded], *, parallel: int, max_queue: int, cache_bytes: int) -> None:
+    def __init__(
+        self,
+        loader: Callable[[], Loaded],
+        *,
+        parallel: int,
+        max_queue: int,
+        cache_bytes: int,
+        speculative: SpeculativeMode = "auto",
+    ) -> None:
         super().__init__(label="MLX", thread_name="mlx-scheduler", log=log, parallel=parallel, max_queue=max_queue)
         self._loader = loader
         self._cache_bytes = cache_bytes
@@ -87,6 +101,8 @@ class Scheduler(SchedulerThread[Job]):
         self._disk: DiskTier | None = None
         self._layer_classes: list[str] = []  # of a fresh KV cache of the model, and whether all can be cut back
         self._trimmable = True
+        self._speculative: SpeculativeMode = speculative  # the server's setting; a request may override it
+        self._speculation: SpeculativeBatch | None = None  # None: this model decodes one token per step
         self.memory: dict[str, int] = {}
 
     # ----- called from other threads -----------------------------------------------------------
@@ -152,9 +168,22 @@ class Scheduler(SchedulerThread[Job]):
         template = make_prompt_cache(self.loaded.model)
         self._layer_classes = [type(layer).__name__ for layer in template]
         self._trimmable = bool(can_trim_prompt_cache(template))
+        self._install_speculation(template)
         self._update_memory()
         self._ready.set()
         return True
+
+    def _install_speculation(self, template: list[Any]) -> None:
+        """n-gram speculative decoding (`_speculative`), where every layer's cache can take back rejected
+        draft tokens; otherwise (sliding-window or recurrent layers) none, whatever the setting."""
+        from launcher.engines.mlx._speculative import SpeculativeBatch, supported
+
+        if not supported(template):
+            log.info("speculative decoding off for this model: its %s cannot drop draft tokens", self.cache_layout)
+            return
+        self._speculation = SpeculativeBatch.install(self._generator)
+        if self._speculation is None:
+            log.warning("speculative decoding off: mlx-lm's BatchGenerator is not built as this engine expects")
 
     def _thread_exit(self) -> None:
         import mlx.core as mx
@@ -174,7 +203,11 @@ class Scheduler(SchedulerThread[Job]):
 
     def _advance(self) -> None:
         _prompt_responses, responses = self._generator.next()
-        self._tally.decode_tokens += len(responses)
+        self._tally.decode_tokens += len(responses)  # accepted draft tokens included: one response each
+        if self._speculation is not None:
+            drafted, accepted = self._speculation.take_counts()
+            self._tally.draft_tokens += drafted
+            self._tally.accepted_draft_tokens += accepted
         failed: list[int] = []
         finished: list[tuple[list[int], Any]] = []
         for response in responses:
@@ -272,6 +305,11 @@ class Scheduler(SchedulerThread[Job]):
             stop_sequences=[StopSequences(None if request.ignore_eos else self._eos)],
         )
         job.uid, job.generated, job.cached_prompt_tokens = uid, 0, reused
+        mode = request.speculative or self._speculative
+        if self._speculation is not None and mode != "off":
+            from launcher.engines.mlx._speculative import Drafting
+
+            self._speculation.rows[uid] = Drafting(mode)
         job.text = IncrementalText(self._tokens, prompt)
         self._running[uid] = job
 
@@ -297,6 +335,7 @@ class Scheduler(SchedulerThread[Job]):
 
     def _finish(self, job: Job, reason: FinishReason, error: str | None = None) -> None:
         tail = job.text.flush() if job.text is not None else ""
+        drafting = self._speculation.rows.pop(job.uid, None) if self._speculation is not None else None
         final = self._final_event(
             job,
             reason,
@@ -304,6 +343,8 @@ class Scheduler(SchedulerThread[Job]):
             cached_prompt_tokens=job.cached_prompt_tokens,
             disk_prompt_tokens=job.disk_prompt_tokens,
             completion_tokens=job.generated,
+            draft_tokens=drafting.drafted if drafting is not None else 0,
+            accepted_draft_tokens=drafting.accepted if drafting is not None else 0,
             error=error,
         )
         self._events.emit(job, final)

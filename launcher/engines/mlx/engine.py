@@ -104,6 +104,7 @@ class MlxEngine:
             parallel=config.parallel,
             max_queue=config.max_queue,
             cache_bytes=max(1, cache_tokens * _kv_bytes_per_token(model_config, quant)),
+            speculative=config.speculative,
         )
         loaded = scheduler.start()
         disk_cache = None
