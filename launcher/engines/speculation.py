@@ -33,7 +33,7 @@ from launcher.core.config import SpeculativeMode
 
 NGRAM_MIN = 3  # tokens that must repeat before their continuation is offered as a draft
 NGRAM_MAX = 8  # a longer match is preferred up to this length (a better predictor than the most recent)
-MAX_DRAFT = 16  # draft tokens per sequence per step at most (llama-server's n-gram default is 16 too)
+MAX_DRAFT = 64  # draft tokens per sequence per step at most (as llama-server's ngram-mod)
 PROBE_EVERY = 16  # a sequence that stopped drafting still verifies one token every this many matches
 _PRIOR_ACCEPTED = 1.0  # acceptance prior: 2 of 3 (an n-gram match in code usually continues), worth 1.5 trials
 _PRIOR_REJECTED = 0.5
