@@ -413,8 +413,10 @@ class Scheduler(SchedulerThread[Job]):
         prompt = job.prompt
         shared = {slot.seq_id: self._common_prefix(slot, prompt) for slot in self._slots}
         free = [slot for slot in self._slots if slot.job is None]
-        # Most shared tokens wins; among equals, the least recently used slot (keeps hot caches).
-        slot = max(free, key=lambda s: (shared[s.seq_id], -s.last_used))
+        # The slot that gains the most: the tokens it shares with the prompt less the cached ones it would
+        # drop (8 shared template tokens must not cost another prompt's 1,000: an empty slot is then better,
+        # and the donor copy below still brings the shared part over); among equals the least recently used.
+        slot = max(free, key=lambda s: (2 * shared[s.seq_id] - s.n_cached, -s.last_used))
         limit = len(prompt) - 1  # always evaluate the last prompt token to get its logits
         from_disk = self._restore_from_disk(prompt, shared, free, limit)
         if from_disk is not None:

@@ -123,6 +123,22 @@ async def test_prefix_cache_hit_gives_the_same_tokens(tiny_model: LlamaCppModel)
     assert cold.tokens == shared.tokens
 
 
+async def test_prompts_sharing_only_a_template_keep_their_own_caches(tiny_gguf: Path) -> None:
+    # Four different files behind the same few template tokens, each read once, then each again: every
+    # one is served from its own slot. (A slot was once chosen by the most shared tokens alone, so each
+    # new file overwrote the last one's slot to save the template's tokens, and the second round read
+    # every file again.)
+    model = load(tiny_gguf, parallel=4, prompt_cache_gb=0)
+    try:
+        files = [model.tokenize(f"Here is a file:\n{word * 60}") for word in ("alpha ", "beta ", "gamma ", "delta ")]
+        for prompt in files:
+            await run(model, greedy(prompt, 1))
+        again = [await run(model, greedy(prompt, 4)) for prompt in files]
+    finally:
+        model.close()
+    assert [outcome.last.cached_prompt_tokens for outcome in again] == [len(p) - 1 for p in files]
+
+
 async def test_concurrent_requests_share_a_prefix_in_flight(tiny_model: LlamaCppModel) -> None:
     system = tiny_model.tokenize("Tool calls are JSON objects with a name and arguments. " * 30)
     prompts = [system + tiny_model.tokenize(q) for q in ("Hello world!", "The weather in London")]
