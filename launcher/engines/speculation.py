@@ -24,7 +24,7 @@ prose, where the guesses fail, stops drafting, and a full batch of streams draft
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -65,21 +65,38 @@ def ngram_draft(tokens: npt.NDArray[np.int32], length: int, limit: int) -> npt.N
 
 @dataclass
 class DraftStats:
-    """One sequence's record of its drafts: a decayed count of accepted tokens and of rejections,
-    from which the chance that the next draft token is accepted (a geometric model: each accepted
-    token makes the next as likely as the last)."""
+    """One sequence's record of its drafts, decayed so that recent ones count most: how often each
+    draft position was tested and accepted, and overall accepted tokens and rejections.
+
+    A copy is all or nothing: while the model copies, whole drafts are accepted, and the run ends
+    where the text changes. A per-token rate (the geometric model) would say a 40-token draft of a
+    sequence accepting 99% of its tokens holds only 67% of its 40th token; the per-position record says
+    how far this sequence's drafts actually hold, and positions not tested yet get the overall rate."""
 
     accepted: float = 0.0
     rejected: float = 0.0
     skipped: int = 0  # matches offered and not drafted since the last draft (see PROBE_EVERY)
+    reached: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(MAX_DRAFT))  # position tested
+    kept: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(MAX_DRAFT))  # ... and accepted
 
     @property
     def acceptance(self) -> float:
+        """The chance that a draft token is accepted after the one before it was, over all positions."""
         return (self.accepted + _PRIOR_ACCEPTED) / (self.accepted + self.rejected + _PRIOR_ACCEPTED + _PRIOR_REJECTED)
+
+    def chances(self, count: int) -> npt.NDArray[np.float64]:
+        """The chance that each of the first `count` tokens of a draft is accepted (non-increasing)."""
+        overall = self.acceptance
+        given_the_one_before = (self.kept[:count] + overall) / (self.reached[:count] + 1.0)
+        return np.cumprod(given_the_one_before)
 
     def record(self, drafted: int, accepted: int) -> None:
         self.accepted = _STATS_DECAY * self.accepted + accepted
         self.rejected = _STATS_DECAY * self.rejected + (1.0 if accepted < drafted else 0.0)
+        self.reached *= _STATS_DECAY
+        self.kept *= _STATS_DECAY
+        self.reached[: min(drafted, accepted + 1)] += 1.0  # tokens after the first rejected one were not tested
+        self.kept[:accepted] += 1.0
 
 
 class StepCost:
@@ -128,7 +145,7 @@ class Speculator:
     def plan(self, offers: list[Offer], streams: int, room: int, extra_s: float = 0.0) -> list[int]:
         """Draft tokens to verify per offer, `room` rows at most in all. `streams` sequences decode in
         this step anyway. Offers made in a forced mode ("ngram", "draft") take their whole draft; "auto"
-        ones take each next token while the chance it is accepted (acceptance ** i for the i-th)
+        ones take each next token while the chance it is accepted (`DraftStats.chances`)
         exceeds what it costs in tokens: (per_row + extra_s, the seconds of making it, for a draft
         model) * (expected tokens of the step) / (expected seconds of the step)."""
         sizes = [0] * len(offers)
@@ -148,7 +165,7 @@ class Speculator:
         seconds = fixed + per_row * (streams + sum(sizes))
         # every auto offer's i-th token, most likely first (for one offer they come in order i = 1, 2, ...)
         ranked = sorted(
-            ((offers[i].stats.acceptance ** (n + 1), i) for i in auto for n in range(len(offers[i].draft))),
+            ((float(chance), i) for i in auto for chance in offers[i].stats.chances(len(offers[i].draft))),
             reverse=True,
         )
         for chance, i in ranked:

@@ -111,9 +111,9 @@ class Drafting:
         return ngram_draft(self.history, self.length + 1, limit)
 
 
-def _expected(acceptance: float, tokens: int) -> float:
-    """Draft tokens expected to be accepted out of the first `tokens` (each as likely as the last)."""
-    return sum(acceptance**n for n in range(1, tokens + 1))
+def _expected(stats: DraftStats, tokens: int) -> float:
+    """Draft tokens expected to be accepted out of the first `tokens` (`DraftStats.chances`)."""
+    return float(stats.chances(tokens).sum()) if tokens > 0 else 0.0
 
 
 def _best_width(offers: list[Offer], streams: int, estimate: tuple[float, float] | None) -> int:
@@ -126,7 +126,7 @@ def _best_width(offers: list[Offer], streams: int, estimate: tuple[float, float]
     fixed, per_row = estimate
 
     def rate(w: int) -> float:
-        tokens = streams + sum(_expected(o.stats.acceptance, min(len(o.draft), w)) for o in offers)
+        tokens = streams + sum(_expected(o.stats, min(len(o.draft), w)) for o in offers)
         return tokens / max(fixed + per_row * streams * (1 + w), 1e-9)
 
     best = rate(width)
