@@ -88,7 +88,7 @@ class DraftStats:
         """The chance that each of the first `count` tokens of a draft is accepted (non-increasing)."""
         overall = self.acceptance
         given_the_one_before = (self.kept[:count] + overall) / (self.reached[:count] + 1.0)
-        return np.cumprod(given_the_one_before)
+        return np.cumprod(given_the_one_before, dtype=np.float64)
 
     def record(self, drafted: int, accepted: int) -> None:
         self.accepted = _STATS_DECAY * self.accepted + accepted
