@@ -53,7 +53,8 @@ async def test_greedy_output_is_the_same_with_and_without_speculation(
     drafted = await run(mlx_model, greedy(prompt, 200, speculative=mode, logprobs=0))
     assert drafted.last.draft_tokens > (100 if mode == "ngram" else 10)
     assert drafted.last.accepted_draft_tokens > (20 if mode == "ngram" else 0)
-    assert any(max(kept) > 2 for kept in shifts)  # a step that kept more than one draft token
+    if mode == "ngram":  # auto sizes drafts from step timings: how many a step keeps varies with the load
+        assert any(max(kept) > 2 for kept in shifts)  # a step that kept more than one draft token
     assert drafted.tokens == off.tokens
     assert drafted.text == off.text
     assert drafted.last.completion_tokens == off.last.completion_tokens == 200
