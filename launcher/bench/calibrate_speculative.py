@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from launcher.bench.runner import ServerUnreachable, fetch_metrics
+from launcher.bench.runner import ServerUnreachable, fetch_metrics, sse_events
 
 DRAFT_TOKENS = "launcher_speculative_draft_tokens_total"
 ACCEPTED_TOKENS = "launcher_speculative_accepted_tokens_total"
@@ -140,14 +140,8 @@ async def stream_copy(client: httpx.AsyncClient, body: dict[str, Any]) -> CopySt
             if response.status_code != 200:
                 detail = (await response.aread()).decode("utf-8", "replace")[:200]
                 return CopyStream(error=f"HTTP {response.status_code}: {detail}")
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    break
+            async for event in sse_events(response):
                 now = time.perf_counter()
-                event = json.loads(payload)
                 if "error" in event:
                     return CopyStream(error=str(event["error"])[:200])
                 choices = event.get("choices") or []

@@ -13,7 +13,7 @@ import asyncio
 import functools
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,6 +133,17 @@ async def stream_chat(
         result.completion_tokens = chunks
     result.ok = result.error is None
     return result
+
+
+async def sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The JSON events of a streamed OpenAI-style response, up to `data: [DONE]`."""
+    async for line in response.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            return
+        yield json.loads(payload)
 
 
 def _chunk_text(chunk: dict[str, Any]) -> str:

@@ -48,6 +48,7 @@ from pathlib import Path
 
 import httpx
 
+from launcher.bench.runner import sse_events
 from launcher.bench.servers import ServerProcess, command_server, launcher_serve
 from launcher.core.net import free_port
 
@@ -169,14 +170,8 @@ async def stream_completion(client: httpx.AsyncClient, base_url: str, prompt: Pr
             if response.status_code != 200:
                 result.error = f"HTTP {response.status_code}: {(await response.aread())[:300]!r}"
                 return result
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    break
+            async for event in sse_events(response):
                 now = time.perf_counter()
-                event = json.loads(payload)
                 if "error" in event:
                     result.error = str(event["error"])[:300]
                     break
