@@ -47,6 +47,14 @@ def greedy(prompt: list[int], max_tokens: int = 12, **extra: object) -> Generati
     return GenerationRequest(prompt_tokens=prompt, max_tokens=max_tokens, **options)  # type: ignore[arg-type]
 
 
+def exact(prompt: list[int], max_tokens: int = 12, **extra: object) -> GenerationRequest:
+    """A greedy request whose tokens repeat bit for bit from run to run: speculation off. Drafts are
+    checked in batches sized from step timings, and a batch's shape changes the arithmetic just enough
+    to flip a random-weight model's near-ties. Tests that compare two runs for another reason (a cache
+    hit, a restart, batching) use this; speculation's own tests compare against it."""
+    return greedy(prompt, max_tokens, **{"speculative": "off", **extra})
+
+
 async def until(condition: Callable[[], bool], what: str) -> None:
     """Wait for the scheduler thread to reach a state (polling the event loop, never a fixed sleep)."""
     for _ in range(4000):

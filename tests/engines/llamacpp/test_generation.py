@@ -6,12 +6,12 @@ import asyncio
 
 from launcher.engines.base import GenerationRequest, SamplingParams
 from launcher.engines.llamacpp.model import LlamaCppModel
-from tests.engines.support import greedy, run
+from tests.engines.support import exact, greedy, run
 
 
 async def test_greedy_generation_is_deterministic(tiny_model: LlamaCppModel, text_prompt: list[int]) -> None:
-    first = await run(tiny_model, greedy(text_prompt, 16))
-    second = await run(tiny_model, greedy(text_prompt, 16))
+    first = await run(tiny_model, exact(text_prompt, 16))
+    second = await run(tiny_model, exact(text_prompt, 16))
     assert len(first.tokens) == 16
     assert first.tokens == second.tokens
     assert first.text == second.text != ""
@@ -20,14 +20,14 @@ async def test_greedy_generation_is_deterministic(tiny_model: LlamaCppModel, tex
 async def test_same_tokens_alone_or_next_to_three_others(tiny_model: LlamaCppModel) -> None:
     target = tiny_model.tokenize("The weather in Paris is")
     others = [tiny_model.tokenize(text) for text in ("def add(a, b):", "Hello world!", "Tool calls are JSON")]
-    alone = await run(tiny_model, greedy(target, 24))
+    alone = await run(tiny_model, exact(target, 24))
     together = await asyncio.gather(
-        *(run(tiny_model, greedy(p, 24 + 3 * i)) for i, p in enumerate(others)),
-        run(tiny_model, greedy(target, 24)),
+        *(run(tiny_model, exact(p, 24 + 3 * i)) for i, p in enumerate(others)),
+        run(tiny_model, exact(target, 24)),
     )
     assert together[-1].tokens == alone.tokens
     for index, prompt in enumerate(others):
-        solo = await run(tiny_model, greedy(prompt, 24 + 3 * index))
+        solo = await run(tiny_model, exact(prompt, 24 + 3 * index))
         assert together[index].tokens == solo.tokens
 
 
@@ -38,8 +38,8 @@ async def test_greedy_fast_path_picks_what_the_sampler_chain_picks(tiny_model: L
     prompts = [tiny_model.tokenize(text) for text in ("The weather in Paris is", "def add(a, b):")]
     neutral = SamplingParams(temperature=0.0, logit_bias={prompts[0][0]: 0.0})
     outcomes = await asyncio.gather(
-        *(run(tiny_model, GenerationRequest(p, 24, SamplingParams(temperature=0.0))) for p in prompts),
-        *(run(tiny_model, GenerationRequest(p, 24, neutral)) for p in prompts),
+        *(run(tiny_model, GenerationRequest(p, 24, SamplingParams(temperature=0.0), speculative="off")) for p in prompts),
+        *(run(tiny_model, GenerationRequest(p, 24, neutral, speculative="off")) for p in prompts),
     )
     fast, chained = outcomes[:2], outcomes[2:]
     assert [o.tokens for o in fast] == [o.tokens for o in chained]

@@ -17,7 +17,7 @@ from launcher.engines import prompt_cache
 from launcher.engines.llamacpp._sliding_window import TAIL_TOKENS
 from launcher.engines.llamacpp.model import LlamaCppModel
 from tests.engines.llamacpp.support import load
-from tests.engines.support import Outcome, greedy, run, until
+from tests.engines.support import Outcome, exact, greedy, run, until
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
@@ -36,7 +36,7 @@ async def _read_once(
     model = _load(path, folder, **config)
     try:
         prompt = model.tokenize(text, add_special=True)
-        return prompt, await run(model, greedy(prompt, max_tokens))
+        return prompt, await run(model, exact(prompt, max_tokens))
     finally:
         model.close()
 
@@ -50,7 +50,7 @@ async def test_a_restart_restores_the_prompt_and_the_tokens_are_the_cold_ones(
     first_model = _load(path, folder)
     try:
         session = first_model.tokenize(_SYSTEM + "<|im_start|>user\nList the files.<|im_end|>\n")
-        first = await run(first_model, greedy(session, 24))
+        first = await run(first_model, exact(session, 24))
         assert first.last.cached_prompt_tokens == 0
         # the next session: the same system prompt, another question
         other = first_model.tokenize(_SYSTEM + "<|im_start|>user\nWhat does main.py do?<|im_end|>\n")
@@ -64,10 +64,10 @@ async def test_a_restart_restores_the_prompt_and_the_tokens_are_the_cold_ones(
     # no cache at all: reads every token
     cold = _load(path, tmp_path / "unused", prompt_cache_gb=0, prefix_cache_tokens=0, swa_checkpoints=0)
     try:
-        warm_again = await run(restarted, greedy(session, 24))
+        warm_again = await run(restarted, exact(session, 24))
         stats = restarted.stats()
-        cold_again = await run(cold, greedy(session, 24))
-        cold_other = await run(cold, greedy(other, 24))
+        cold_again = await run(cold, exact(session, 24))
+        cold_other = await run(cold, exact(other, 24))
     finally:
         restarted.close()
         cold.close()
@@ -84,7 +84,7 @@ async def test_a_restart_restores_the_prompt_and_the_tokens_are_the_cold_ones(
     # sliding-window model the stored window is past the divergence, and a checkpoint brings it back.
     restarted = _load(path, folder)
     try:
-        warm_other = await run(restarted, greedy(other, 24))
+        warm_other = await run(restarted, exact(other, 24))
     finally:
         restarted.close()
     assert warm_other.last.disk_prompt_tokens >= 0.8 * len(other), warm_other.last
@@ -129,7 +129,7 @@ async def test_a_write_cut_short_or_another_models_entry_is_never_used(
 
     model = _load(tiny_gguf, folder)
     try:
-        again = await run(model, greedy(prompt, 12))
+        again = await run(model, exact(prompt, 12))
         stats = model.stats()
     finally:
         model.close()

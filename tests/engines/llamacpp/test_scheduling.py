@@ -13,6 +13,7 @@ from launcher.engines.base import GenerationEvent, QueueFullError
 from launcher.engines.llamacpp.model import LlamaCppModel
 from tests.engines.llamacpp.support import load
 from tests.engines.support import (
+    exact,
     cancel_a_consuming_task,
     close_a_stream_and_check_its_sequence_is_freed,
     greedy,
@@ -103,8 +104,8 @@ async def test_prefix_cache_hit_gives_the_same_tokens(tiny_model: LlamaCppModel)
     system = tiny_model.tokenize("You are a helpful assistant. Please explain the following code. " * 40)
     first_prompt = system + tiny_model.tokenize("What does def add(a, b) do?")
     before = tiny_model.stats()
-    first = await run(tiny_model, greedy(first_prompt, 10))
-    again = await run(tiny_model, greedy(first_prompt, 10))
+    first = await run(tiny_model, exact(first_prompt, 10))
+    again = await run(tiny_model, exact(first_prompt, 10))
     after = tiny_model.stats()
     assert again.tokens == first.tokens
     assert again.last.cached_prompt_tokens == len(first_prompt) - 1
@@ -112,11 +113,11 @@ async def test_prefix_cache_hit_gives_the_same_tokens(tiny_model: LlamaCppModel)
     assert after.prefix_cache_hit_tokens >= before.prefix_cache_hit_tokens + len(first_prompt) - 1
 
     other_prompt = system + tiny_model.tokenize("Tell me about the weather.")
-    shared = await run(tiny_model, greedy(other_prompt, 10))
+    shared = await run(tiny_model, exact(other_prompt, 10))
     assert shared.last.cached_prompt_tokens >= len(system) - 1
     fresh = load(Path(tiny_model.info.path), parallel=1, prefix_cache_tokens=0)
     try:
-        cold = await run(fresh, greedy(other_prompt, 10))
+        cold = await run(fresh, exact(other_prompt, 10))
     finally:
         fresh.close()
     assert cold.last.cached_prompt_tokens == 0

@@ -16,7 +16,7 @@ import pytest
 from launcher.engines.llamacpp._sliding_window import CheckpointStore
 from launcher.engines.llamacpp.model import LlamaCppModel
 from tests.engines.llamacpp.support import load
-from tests.engines.support import greedy, run
+from tests.engines.support import exact, greedy, run
 from tests.fixtures.models import TINY_SLIDING_WINDOW
 
 
@@ -69,8 +69,8 @@ async def test_a_checkpoint_restore_gives_the_cold_read_tokens(
     # The next request shares all but the prompt's last 2 tokens: the window there is gone, so the
     # checkpoint taken 4 tokens before the end is restored and only the rest is read.
     diverging = prompt[:-2] + swa_model.tokenize(" The weather in Paris is sunny.")
-    warm = await run(swa_model, greedy(diverging, 24))
-    cold = await run(cold_model, greedy(diverging, 24))
+    warm = await run(swa_model, exact(diverging, 24))
+    cold = await run(cold_model, exact(diverging, 24))
     after = swa_model.stats()
     assert after.swa_checkpoint_restores == before.swa_checkpoint_restores + 1
     assert warm.last.cached_prompt_tokens == len(prompt) - 4
@@ -87,8 +87,8 @@ async def test_without_a_checkpoint_the_prompt_is_read_again(
         await run(model, greedy(prompt, 1024 - len(prompt) - 8))
         diverging = prompt[:-2] + model.tokenize(" The weather in Paris is sunny.")
         with caplog.at_level("INFO", logger="launcher.engines.llamacpp"):
-            again = await run(model, greedy(diverging, 24))
-        cold = await run(cold_model, greedy(diverging, 24))
+            again = await run(model, exact(diverging, 24))
+        cold = await run(cold_model, exact(diverging, 24))
         assert model.stats().swa_checkpoints == 0
     finally:
         model.close()

@@ -7,17 +7,17 @@ import json
 
 from launcher.engines.base import Constraint, GenerationRequest, SamplingParams
 from launcher.engines.mlx.model import MlxModel
-from tests.engines.support import greedy, run
+from tests.engines.support import exact, greedy, run
 
 
 async def test_greedy_output_is_the_same_alone_and_next_to_three_other_requests(
     mlx_model: MlxModel, chat_prompt: list[int]
 ) -> None:
-    alone = await run(mlx_model, greedy(chat_prompt, 16))
+    alone = await run(mlx_model, exact(chat_prompt, 16))
     assert len(alone.tokens) == 16 and alone.last.finish_reason == "length"
     others = [mlx_model.tokenize(text) for text in ("The quick brown fox", "def add(a, b):", "What is the weather")]
     together = await asyncio.gather(
-        run(mlx_model, greedy(chat_prompt, 16)), *(run(mlx_model, greedy(p, 16)) for p in others)
+        run(mlx_model, exact(chat_prompt, 16)), *(run(mlx_model, exact(p, 16)) for p in others)
     )
     assert together[0].tokens == alone.tokens
     assert together[0].text == alone.text

@@ -17,7 +17,7 @@ from launcher.engines import prompt_cache
 from launcher.engines.mlx._disk_tier import Restored, reusable
 from launcher.engines.mlx.model import MlxModel
 from tests.engines.mlx.support import load
-from tests.engines.support import greedy, run
+from tests.engines.support import exact, run
 
 _SYSTEM = "You are a coding agent. Tools: read_file(path), run(command), edit(path, old, new). " * 16
 
@@ -40,7 +40,7 @@ async def test_a_restart_restores_the_prompt_and_the_tokens_are_the_cold_ones(
     try:
         session = first_model.tokenize(_SYSTEM + "<|im_start|>user\nList the files.<|im_end|>\n")
         assert len(session) >= 300
-        first = await run(first_model, greedy(session, 16))
+        first = await run(first_model, exact(session, 16))
         assert first.last.cached_prompt_tokens == 0 and first.last.disk_prompt_tokens == 0
         other = first_model.tokenize(_SYSTEM + "<|im_start|>user\nWhat does main.py do?<|im_end|>\n")
     finally:
@@ -51,11 +51,11 @@ async def test_a_restart_restores_the_prompt_and_the_tokens_are_the_cold_ones(
     restarted = _load(tiny_mlx_model, folder)
     cold = _cold(tiny_mlx_model, tmp_path)
     try:
-        warm_again = await run(restarted, greedy(session, 16))
-        warm_other = await run(restarted, greedy(other, 16))  # from memory now: the restore put it there
+        warm_again = await run(restarted, exact(session, 16))
+        warm_other = await run(restarted, exact(other, 16))  # from memory now: the restore put it there
         stats = restarted.stats()
-        cold_again = await run(cold, greedy(session, 16))
-        cold_other = await run(cold, greedy(other, 16))
+        cold_again = await run(cold, exact(session, 16))
+        cold_other = await run(cold, exact(other, 16))
     finally:
         restarted.close()
         cold.close()
@@ -79,7 +79,7 @@ async def test_a_damaged_entry_is_reported_removed_and_read_cold(
     model = _load(tiny_mlx_model, folder)
     prompt = model.tokenize(_SYSTEM)
     try:
-        cold = await run(model, greedy(prompt, 8))
+        cold = await run(model, exact(prompt, 8))
     finally:
         model.close()
     (entry,) = prompt_cache.list_entries(folder)
@@ -90,7 +90,7 @@ async def test_a_damaged_entry_is_reported_removed_and_read_cold(
     model = _load(tiny_mlx_model, folder)
     try:
         with caplog.at_level(logging.WARNING, logger="launcher.engines.prompt_cache"):
-            again = await run(model, greedy(prompt, 8))
+            again = await run(model, exact(prompt, 8))
         stats = model.stats()
     finally:
         model.close()
@@ -109,7 +109,7 @@ async def test_an_entry_mlx_cannot_read_is_removed_and_read_cold(
     model = _load(tiny_mlx_model, folder)
     prompt = model.tokenize(_SYSTEM)
     try:
-        cold = await run(model, greedy(prompt, 8))
+        cold = await run(model, exact(prompt, 8))
     finally:
         model.close()
     assert model._disk_cache is not None
@@ -123,7 +123,7 @@ async def test_an_entry_mlx_cannot_read_is_removed_and_read_cold(
     model = _load(tiny_mlx_model, folder)
     try:
         with caplog.at_level(logging.WARNING, logger="launcher.engines.prompt_cache"):
-            again = await run(model, greedy(prompt, 8))
+            again = await run(model, exact(prompt, 8))
         stats = model.stats()
     finally:
         model.close()

@@ -11,6 +11,7 @@ from launcher.engines.base import QueueFullError
 from launcher.engines.mlx.model import MlxModel
 from tests.engines.mlx.support import CHAT_PROMPT, load
 from tests.engines.support import (
+    exact,
     cancel_a_consuming_task,
     close_a_stream_and_check_its_sequence_is_freed,
     greedy,
@@ -52,20 +53,20 @@ async def test_a_repeated_prompt_hits_the_prefix_cache_with_identical_output(tin
     model = load(tiny_mlx_model, parallel=2)
     try:
         prompt = model.tokenize(CHAT_PROMPT)
-        cold = await run(model, greedy(prompt, 10))
+        cold = await run(model, exact(prompt, 10))
         assert cold.last.cached_prompt_tokens == 0
         assert model.stats().prefix_cache_misses == 1 and model.stats().prefix_cache_hits == 0
-        warm = await run(model, greedy(prompt, 10))
+        warm = await run(model, exact(prompt, 10))
         assert warm.tokens == cold.tokens
         assert warm.last.cached_prompt_tokens == len(prompt) - 1
         stats = model.stats()
         assert stats.prefix_cache_hits == 1 and stats.prefix_cache_hit_tokens == len(prompt) - 1
         longer = prompt + model.tokenize("<|im_start|>user\nAnd tomorrow?<|im_end|>\n<|im_start|>assistant\n")
-        follow_up = await run(model, greedy(longer, 6))
+        follow_up = await run(model, exact(longer, 6))
         assert follow_up.last.cached_prompt_tokens >= len(prompt)
         fresh = load(tiny_mlx_model, parallel=1)
         try:
-            assert (await run(fresh, greedy(longer, 6))).tokens == follow_up.tokens
+            assert (await run(fresh, exact(longer, 6))).tokens == follow_up.tokens
         finally:
             fresh.close()
     finally:
