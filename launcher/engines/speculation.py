@@ -35,6 +35,9 @@ NGRAM_MIN = 3  # tokens that must repeat before their continuation is offered as
 NGRAM_MAX = 8  # a longer match is preferred up to this length (a better predictor than the most recent)
 MAX_DRAFT = 64  # draft tokens per sequence per step at most (as llama-server's ngram-mod)
 PROBE_EVERY = 16  # a sequence that stopped drafting still verifies one token every this many matches
+# A draft model (`--draft`; each engine runs its own):
+CATCH_UP_TOKENS = 256  # history tokens it reads per step at most, over all sequences (a long prompt never stalls)
+MIN_CONFIDENCE = 0.6  # a draft ends before a token it gives less probability than this (rarely accepted)
 _PRIOR_ACCEPTED = 1.0  # acceptance prior: 2 of 3 (an n-gram match in code usually continues), worth 1.5 trials
 _PRIOR_REJECTED = 0.5
 _STATS_DECAY = 0.8  # per verification: an agent moves between copying and writing anew

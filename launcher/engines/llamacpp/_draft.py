@@ -27,11 +27,10 @@ import numpy.typing as npt
 from launcher.core.errors import ModelFormatError
 from launcher.engines.llamacpp._batch import TokenBatch
 from launcher.engines.llamacpp._sampling import logits_row
+from launcher.engines.speculation import CATCH_UP_TOKENS, MIN_CONFIDENCE
 
 log = logging.getLogger("launcher.engines.llamacpp")
 
-CATCH_UP_TOKENS = 256  # history tokens the draft context reads per step at most, over all sequences
-MIN_CONFIDENCE = 0.6  # a draft ends before a token the draft model gives less probability than this
 _TOKENS_COMPARED = 2_000  # vocabulary entries compared to check that the two models share a vocabulary
 
 DraftWant = tuple[int, npt.NDArray[np.int32], int, int]

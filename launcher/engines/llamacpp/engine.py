@@ -26,7 +26,7 @@ from launcher.engines.base import ModelInfo
 from launcher.engines.llamacpp import _native
 from launcher.engines.llamacpp._backend_probe import probe_in_child
 from launcher.engines.llamacpp._cpu_probe import extra_buffer_types_usable
-from launcher.engines.llamacpp._draft import CATCH_UP_TOKENS, DraftModel, check_same_vocabulary
+from launcher.engines.llamacpp._draft import DraftModel, check_same_vocabulary
 from launcher.engines.llamacpp._embedding import Embedder
 from launcher.engines.llamacpp._gguf_header import GgufHeader, check_gguf_file
 from launcher.engines.llamacpp._sliding_window import CheckpointStore
@@ -34,6 +34,7 @@ from launcher.engines.llamacpp.gpu_packs import load_installed_pack
 from launcher.engines.llamacpp.model import LlamaCppModel, RuntimeSettings
 from launcher.engines.llamacpp.spec import SPEC
 from launcher.engines.prompt_cache import CacheKey, file_identity, for_model
+from launcher.engines.speculation import CATCH_UP_TOKENS
 from launcher.hardware.machine import Machine
 
 log = logging.getLogger("launcher.engines.llamacpp")

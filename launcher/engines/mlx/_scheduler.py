@@ -12,8 +12,9 @@ a finished request's KV cache is kept under its tokens, and a later prompt start
 cached prefix (trimmed with mlx-lm's cache trimming when the cached entry runs past the shared part).
 Under it, the prompt cache on disk (`_disk_tier`): a finished sequence's KV cache is also written
 there, and a prompt that memory serves much less of than the disk starts from a stored entry.
-n-gram speculative decoding (`_speculative`) replaces the BatchGenerator's generation step with one
-that verifies each sequence's draft in the same batched forward, where the model's caches allow it.
+Speculative decoding (`_speculative`: n-gram drafts, and a `--draft` model's) replaces the
+BatchGenerator's generation step with one that verifies each sequence's draft in the same batched
+forward, where the model's caches allow it.
 
 Known limitation of mlx's Linux CPU build (0.32): once a non-main thread has run ops large enough
 to be split across CPU workers (e.g. a prompt longer than one prefill step), the process may abort
@@ -39,7 +40,8 @@ from launcher.engines.mlx._sampling import GrammarProcessor, make_processors, ma
 from launcher.engines.mlx._tokens import IncrementalText, TokenizerAccess
 from launcher.engines.prompt_cache import PromptDiskCache
 
-if TYPE_CHECKING:  # the module imports mlx, which is loaded on the scheduler thread
+if TYPE_CHECKING:  # the modules import mlx, which is loaded on the scheduler thread
+    from launcher.engines.mlx._draft import MlxDraftModel
     from launcher.engines.mlx._speculative import SpeculativeBatch
 
 log = logging.getLogger("launcher.engines.mlx")
@@ -72,6 +74,7 @@ class Loaded:
     model: Any
     tokenizer: Any  # mlx-lm TokenizerWrapper
     config: dict[str, Any]
+    draft: MlxDraftModel | None = None  # `--draft`: a small model guessing the next tokens (`_draft`)
 
 
 class Scheduler(SchedulerThread[Job]):
@@ -174,14 +177,17 @@ class Scheduler(SchedulerThread[Job]):
         return True
 
     def _install_speculation(self, template: list[Any]) -> None:
-        """n-gram speculative decoding (`_speculative`), where every layer's cache can take back rejected
+        """Speculative decoding (`_speculative`), where every layer's cache can take back rejected
         draft tokens; otherwise (sliding-window or recurrent layers) none, whatever the setting."""
         from launcher.engines.mlx._speculative import SpeculativeBatch, supported
 
+        draft = self.loaded.draft if self.loaded is not None else None
         if not supported(template):
             log.info("speculative decoding off for this model: its %s cannot drop draft tokens", self.cache_layout)
+            if draft is not None:
+                log.warning("the draft model is not used: this model cannot take back the tokens it rejects")
             return
-        self._speculation = SpeculativeBatch.install(self._generator)
+        self._speculation = SpeculativeBatch.install(self._generator, draft)
         if self._speculation is None:
             log.warning("speculative decoding off: mlx-lm's BatchGenerator is not built as this engine expects")
 
@@ -335,7 +341,7 @@ class Scheduler(SchedulerThread[Job]):
 
     def _finish(self, job: Job, reason: FinishReason, error: str | None = None) -> None:
         tail = job.text.flush() if job.text is not None else ""
-        drafting = self._speculation.rows.pop(job.uid, None) if self._speculation is not None else None
+        drafting = self._speculation.drop(job.uid) if self._speculation is not None else None
         final = self._final_event(
             job,
             reason,
@@ -359,3 +365,5 @@ class Scheduler(SchedulerThread[Job]):
             "mlx_peak": int(mx.get_peak_memory()),
             "mlx_cache": int(mx.get_cache_memory()),
         }
+        if self.loaded is not None and self.loaded.draft is not None:
+            self.memory["draft_model"] = self.loaded.draft.weights_bytes  # part of mlx_active, shown apart

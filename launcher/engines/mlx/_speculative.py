@@ -1,4 +1,5 @@
-"""n-gram speculative decoding inside mlx-lm's batched generation (policy: launcher/engines/speculation.py).
+"""Speculative decoding inside mlx-lm's batched generation (policy: launcher/engines/speculation.py):
+drafts from n-grams of each sequence's own text, and, where none repeats, from a draft model (`_draft`).
 
 mlx-lm's `GenerationBatch` decodes one token per sequence per step: its step runs the model on a
 (sequences x 1) batch over one `BatchKVCache`, whose rows are left-padded to a common length. While
@@ -49,6 +50,7 @@ from mlx_lm.models.cache import BatchKVCache, KVCache
 from mlx_lm.sample_utils import greedy_sampler
 
 from launcher.core.config import SpeculativeMode
+from launcher.engines.mlx._draft import MlxDraftModel
 from launcher.engines.speculation import (
     MAX_DRAFT,
     NGRAM_MIN,
@@ -72,8 +74,10 @@ def supported(layers: list[Any]) -> bool:
 class Drafting:
     """One speculating sequence: its mode, acceptance record and counts, and its tokens as an array."""
 
-    mode: SpeculativeMode  # "auto" or "ngram" (an "off" sequence has no Drafting)
-    stats: DraftStats = field(default_factory=DraftStats)
+    mode: SpeculativeMode  # "auto", "ngram" or "draft" (an "off" sequence has no Drafting)
+    stats: DraftStats = field(default_factory=DraftStats)  # n-gram drafts'
+    model_stats: DraftStats = field(default_factory=DraftStats)  # the draft model's
+    from_model: bool = False  # where this step's draft came from
     drafted: int = 0  # draft tokens verified for this request ...
     accepted: int = 0  # ... and accepted
     history: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(1024, dtype=np.int32))
@@ -116,10 +120,11 @@ def _expected(stats: DraftStats, tokens: int) -> float:
     return float(stats.chances(tokens).sum()) if tokens > 0 else 0.0
 
 
-def _best_width(offers: list[Offer], streams: int, estimate: tuple[float, float] | None) -> int:
-    """The width that verifies every "ngram" offer whole and, beyond that, gives the most expected tokens
-    per second (each position costs a row for every one of `streams`: the batch is rectangular)."""
-    width = max((len(o.draft) for o in offers if o.mode == "ngram"), default=0)
+def _best_width(offers: list[Offer], streams: int, estimate: tuple[float, float] | None, extra_s: float = 0.0) -> int:
+    """The width that verifies every forced offer ("ngram", "draft") whole and, beyond that, gives the
+    most expected tokens per second (each position costs a row for every one of `streams`: the batch is
+    rectangular; and `extra_s` per offer, the seconds a draft model takes to make a token)."""
+    width = max((len(o.draft) for o in offers if o.mode != "auto"), default=0)
     auto = [o for o in offers if o.mode == "auto"]
     if not auto or estimate is None:
         return width
@@ -127,7 +132,7 @@ def _best_width(offers: list[Offer], streams: int, estimate: tuple[float, float]
 
     def rate(w: int) -> float:
         tokens = streams + sum(_expected(o.stats, min(len(o.draft), w)) for o in offers)
-        return tokens / max(fixed + per_row * streams * (1 + w), 1e-9)
+        return tokens / max(fixed + per_row * streams * (1 + w) + extra_s * len(offers) * w, 1e-9)
 
     best = rate(width)
     for w in range(width + 1, max(len(o.draft) for o in auto) + 1):
@@ -136,11 +141,11 @@ def _best_width(offers: list[Offer], streams: int, estimate: tuple[float, float]
     return width
 
 
-def draft_width(offers: list[Offer], streams: int, cost: StepCost) -> int:
+def draft_width(offers: list[Offer], streams: int, cost: StepCost, extra_s: float = 0.0) -> int:
     """Draft positions this step verifies for every row (an offer of that many tokens or fewer is verified
-    whole), from the offers' acceptance and the step cost. A sequence that stopped drafting still probes
-    one token every PROBE_EVERY offers."""
-    width = _best_width(offers, streams, cost.estimate())
+    whole), from the offers' acceptance and the step cost (`_best_width`). A sequence that stopped
+    drafting still probes one token every PROBE_EVERY offers."""
+    width = _best_width(offers, streams, cost.estimate(), extra_s)
     for offer in offers:
         if offer.mode != "auto":
             continue
@@ -154,38 +159,45 @@ def draft_width(offers: list[Offer], streams: int, cost: StepCost) -> int:
     return width
 
 
-def worth_waiting(candidates: list[tuple[Drafting, int]], streams: int, cost: StepCost) -> bool:
-    """Before the tokens sampled last step are known: whether any of these sequences (each with the most
-    draft tokens it may take) could be verifying a draft this step, were its last tokens to match.
-    Counts a skipped offer for those that could not (see `draft_width`), until one is due to probe."""
+Candidate = tuple[DraftStats, SpeculativeMode, int]
+"""A sequence that may draft this step: its record (n-gram or draft model), mode, draft tokens at most."""
+
+
+def worth_waiting(candidates: list[Candidate], streams: int, cost: StepCost, extra_s: float = 0.0) -> bool:
+    """Before the tokens sampled last step are known: whether any of these sequences could be verifying a
+    draft this step, were its last tokens to match (or its draft model confident). Counts a skipped offer
+    for those that could not (see `draft_width`), until one is due to probe."""
     estimate = cost.estimate()
-    if estimate is None or any(row.mode == "ngram" for row, _ in candidates):
+    if not candidates:
+        return False
+    if estimate is None or any(mode != "auto" for _, mode, _ in candidates):
         return True
-    best = [Offer(row.stats, np.zeros(limit, dtype=np.int32), row.mode) for row, limit in candidates]
-    if _best_width(best, streams, estimate) > 0:
+    best = [Offer(stats, np.zeros(limit, dtype=np.int32), mode) for stats, mode, limit in candidates]
+    if _best_width(best, streams, estimate, extra_s) > 0:
         return True
     due = False
-    for row, _ in candidates:
-        row.stats.skipped += 1
-        due = due or row.stats.skipped >= PROBE_EVERY
+    for stats, _, _ in candidates:
+        stats.skipped += 1
+        due = due or stats.skipped >= PROBE_EVERY
     return due
 
 
 class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]
-    """mlx-lm's generation batch with a step that verifies n-gram drafts (see the module's docstring).
+    """mlx-lm's generation batch with a step that verifies drafts (see the module's docstring).
 
     `rows` holds the speculating sequences by mlx-lm uid (the scheduler adds and removes them);
     `draft_tokens`/`accepted_draft_tokens` count since the scheduler last took them (`take_counts`)."""
 
     rows: dict[int, Drafting]
     cost: StepCost
+    draft_model: MlxDraftModel | None
     _current_tokens: Any
     draft_tokens: int
     accepted_draft_tokens: int
     _plain_steps: int  # steps that could have drafted and did not
 
     @classmethod
-    def install(cls, generator: Any) -> SpeculativeBatch | None:
+    def install(cls, generator: Any, draft_model: MlxDraftModel | None = None) -> SpeculativeBatch | None:
         """Put an empty SpeculativeBatch in place of the (still empty) generation batch of mlx-lm's
         BatchGenerator; None when this mlx-lm's generator is not built the way this module expects."""
         current = getattr(generator, "_generation_batch", None)
@@ -193,7 +205,7 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]
         if type(current) is not GenerationBatch or len(current) or not all(hasattr(current, a) for a in needed):
             return None
         batch: SpeculativeBatch = cls.empty(generator.model, generator.sampler)
-        batch.rows, batch.cost = {}, StepCost()
+        batch.rows, batch.cost, batch.draft_model = {}, StepCost(), draft_model
         batch.draft_tokens = batch.accepted_draft_tokens = batch._plain_steps = 0
         generator._generation_batch = batch
         return batch
@@ -203,6 +215,12 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]
         counts = (self.draft_tokens, self.accepted_draft_tokens)
         self.draft_tokens = self.accepted_draft_tokens = 0
         return counts
+
+    def drop(self, uid: int) -> Drafting | None:
+        """The sequence ended: forget it (and its draft model cache); its record, if it had one."""
+        if self.draft_model is not None:
+            self.draft_model.forget(uid)
+        return self.rows.pop(uid, None)
 
     def next(self) -> list[Any]:
         if not self._may_draft():
@@ -215,24 +233,34 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]
         runs without waiting for the tokens sampled last step."""
         if not self.rows or not all(isinstance(layer, BatchKVCache) for layer in self.prompt_cache):
             return False  # the second is not expected (see `supported`): nothing could be taken back
-        candidates: list[tuple[Drafting, int]] = []
+        copying: list[Candidate] = []
+        guessing: list[Candidate] = []  # by the draft model
         for i, uid in enumerate(self.uids):
             row = self.rows.get(uid)
             limit = min(MAX_DRAFT, self.max_tokens[i] - self._num_tokens[i] - 1)
             if row is not None and limit > 0:
                 row.catch_up(self.tokens[i])
-                if row.may_match():
-                    candidates.append((row, limit))
-        return bool(candidates) and worth_waiting(candidates, len(self.uids), self.cost)
+                if row.mode != "draft" and row.may_match():
+                    copying.append((row.stats, row.mode, limit))
+                elif self.draft_model is not None and row.mode != "ngram":
+                    guessing.append((row.model_stats, row.mode, limit))
+        streams = len(self.uids)
+        return worth_waiting(copying, streams, self.cost) or worth_waiting(
+            guessing, streams, self.cost, self._draft_seconds()
+        )
+
+    def _draft_seconds(self) -> float:
+        """What a draft model's token costs (unknown before its first draft: then nothing)."""
+        return (self.draft_model.round_seconds or 0.0) if self.draft_model is not None else 0.0
 
     # ----- the step ----------------------------------------------------------------------------
 
     def _verifying_step(self) -> list[Any]:
         mx.eval(self._next_tokens)  # the tokens sampled last step: the drafts continue them
-        started = time.perf_counter()
         sampled: Any = self._next_tokens.tolist()
         pending = [int(t) for t in sampled]
         drafts = self._drafts(pending)
+        started = time.perf_counter()  # the step's cost, without the draft model's (`_draft_seconds`)
         width = max(len(d) for d in drafts)
         if width == 0:
             self._plain_steps += 1
@@ -279,7 +307,7 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]
             if len(draft):
                 accepted = len(tokens) - 1
                 row = self.rows[self.uids[i]]
-                row.stats.record(len(draft), accepted)
+                (row.model_stats if row.from_model else row.stats).record(len(draft), accepted)
                 row.drafted += len(draft)
                 row.accepted += accepted
                 self.draft_tokens += len(draft)
@@ -323,25 +351,44 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]
         return responses
 
     def _drafts(self, pending: list[int]) -> list[npt.NDArray[np.int32]]:
-        """Each row's draft for this step (empty for most), cut to the step's width."""
+        """Each row's draft for this step (empty for most): an n-gram draft where its text repeats, cut to
+        the step's width, else the draft model's where one is loaded."""
         offers: list[tuple[int, Offer]] = []
+        from_model: list[tuple[int, Offer]] = []
         for i, uid in enumerate(self.uids):
             row = self.rows.get(uid)
             if row is None:
                 continue
+            row.from_model = False
             # the pending token is emitted this step, and a draft never runs past max_tokens
             limit = min(MAX_DRAFT, self.max_tokens[i] - self._num_tokens[i] - 1)
             if limit <= 0:
                 continue
             row.catch_up(self.tokens[i])
-            draft = row.draft(pending[i], limit)
+            row.history[row.length] = pending[i]  # the history a draft continues ends with it
+            draft = row.draft(pending[i], limit) if row.mode != "draft" else _EMPTY
             if len(draft):
                 offers.append((i, Offer(row.stats, draft, row.mode)))
+            elif self.draft_model is not None and row.mode != "ngram":
+                # sized before the draft model runs: its tokens cost time whether or not they are used
+                from_model.append((i, Offer(row.model_stats, np.zeros(limit, dtype=np.int32), row.mode)))
         drafts = [_EMPTY] * len(self.uids)
+        streams = len(self.uids)
         if offers:
-            width = draft_width([offer for _, offer in offers], len(self.uids), self.cost)
+            width = draft_width([offer for _, offer in offers], streams, self.cost)
             for i, offer in offers:
                 drafts[i] = offer.draft[:width]
+        if from_model and self.draft_model is not None:
+            width = draft_width([offer for _, offer in from_model], streams, self.cost, self._draft_seconds())
+            if width > 0:
+                rows = [(self.uids[i], self.rows[self.uids[i]]) for i, _ in from_model]
+                wants = [(uid, row.history, row.length + 1, width) for uid, row in rows]
+                made = self.draft_model.draft(wants)
+                for i, _ in from_model:
+                    uid = self.uids[i]
+                    if uid in made:
+                        drafts[i] = made[uid]
+                        self.rows[uid].from_model = True
         return drafts
 
     def _count(self, i: int, token: int) -> str | None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.core.config import ServeConfig
-from launcher.core.errors import EngineUnavailableError, ModelFormatError, ModelNotFoundError
+from launcher.core.errors import ConfigError, EngineUnavailableError, ModelFormatError, ModelNotFoundError
 from launcher.core.model_types import LocalModel
 from launcher.engine_specs import Availability
 from launcher.engines.base import ModelInfo
@@ -71,6 +71,7 @@ class MlxEngine:
         """Load the model directory and start the scheduler; raises ModelError/EngineError with what to change."""
         path = Path(model.path)
         model_config = check_model_dir(path)
+        draft_path = _draft_path(config)
         try:
             # Imported here, not first on the scheduler thread: mlx-lm makes a thread-local stream at
             # import, and one made on a short-lived thread aborts the process at exit.
@@ -89,7 +90,8 @@ class MlxEngine:
                 ) from None
             except (OSError, KeyError) as err:
                 raise ModelFormatError(f"{path} is not a complete MLX model: {err}") from None
-            return Loaded(model=loaded_model, tokenizer=tokenizer, config=loaded_config)
+            draft = _load_draft(draft_path, tokenizer, loaded_config) if draft_path is not None else None
+            return Loaded(model=loaded_model, tokenizer=tokenizer, config=loaded_config, draft=draft)
 
         train_context = _int(model_config.get("max_position_embeddings")) or 4096
         context = config.context or min(train_context, DEFAULT_CONTEXT)
@@ -132,6 +134,47 @@ class MlxEngine:
             if disk_cache is not None:
                 disk_cache.close()
             raise
+
+
+def _draft_path(config: ServeConfig) -> Path | None:
+    """The `--draft` model's directory (None without one, or with speculation off)."""
+    if config.draft is None or config.speculative in ("off", "ngram"):
+        if config.speculative == "draft":
+            raise ConfigError("--speculative draft needs a draft model: --draft MODEL")
+        return None
+    from launcher.catalog.resolve import resolve_model  # a path, catalog id or library name, as for MODEL
+
+    path = Path(resolve_model(config.draft).path)
+    try:
+        check_model_dir(path)
+    except ModelFormatError as err:
+        raise ModelFormatError(f"The draft model must be an MLX model, as the served one is. {err}") from None
+    return path
+
+
+def _load_draft(path: Path, main_tokenizer: Any, main_config: dict[str, Any]) -> Any:
+    """The draft model, on the scheduler thread (as the served model): an MlxDraftModel."""
+    from mlx_lm.models.cache import make_prompt_cache
+    from mlx_lm.utils import load as mlx_load
+
+    from launcher.engines.mlx._draft import MlxDraftModel, check_same_vocabulary
+    from launcher.engines.mlx._speculative import supported
+
+    try:
+        draft_model, draft_tokenizer = mlx_load(str(path))  # type: ignore[misc]
+    except (ValueError, OSError, KeyError) as err:
+        raise ModelFormatError(f"mlx-lm cannot load the draft model {path.name}: {err}") from None
+    # mlx-lm's TokenizerWrapper keeps the transformers tokenizer as `_tokenizer`
+    hf = getattr(main_tokenizer, "_tokenizer", main_tokenizer)
+    check_same_vocabulary(hf, getattr(draft_tokenizer, "_tokenizer", draft_tokenizer), path.name)
+    if not supported(make_prompt_cache(draft_model)):
+        raise ModelFormatError(
+            f"{path.name} cannot be a draft model: its sliding-window or recurrent layers cannot take back "
+            "the draft tokens the served model rejects."
+        )
+    n_vocab = max(_int(main_config.get("vocab_size")) or 0, len(hf))
+    log.info("draft model %s loaded for speculative decoding", path.name)
+    return MlxDraftModel(draft_model, n_vocab=n_vocab)
 
 
 def check_model_dir(path: Path) -> dict[str, Any]:

@@ -38,7 +38,10 @@ async def test_greedy_fast_path_picks_what_the_sampler_chain_picks(tiny_model: L
     prompts = [tiny_model.tokenize(text) for text in ("The weather in Paris is", "def add(a, b):")]
     neutral = SamplingParams(temperature=0.0, logit_bias={prompts[0][0]: 0.0})
     outcomes = await asyncio.gather(
-        *(run(tiny_model, GenerationRequest(p, 24, SamplingParams(temperature=0.0), speculative="off")) for p in prompts),
+        *(
+            run(tiny_model, GenerationRequest(p, 24, SamplingParams(temperature=0.0), speculative="off"))
+            for p in prompts
+        ),
         *(run(tiny_model, GenerationRequest(p, 24, neutral, speculative="off")) for p in prompts),
     )
     fast, chained = outcomes[:2], outcomes[2:]

@@ -13,9 +13,9 @@ from launcher.engines.base import GenerationEvent, QueueFullError
 from launcher.engines.llamacpp.model import LlamaCppModel
 from tests.engines.llamacpp.support import load
 from tests.engines.support import (
-    exact,
     cancel_a_consuming_task,
     close_a_stream_and_check_its_sequence_is_freed,
+    exact,
     greedy,
     run,
     until,

@@ -11,9 +11,9 @@ from launcher.engines.base import QueueFullError
 from launcher.engines.mlx.model import MlxModel
 from tests.engines.mlx.support import CHAT_PROMPT, load
 from tests.engines.support import (
-    exact,
     cancel_a_consuming_task,
     close_a_stream_and_check_its_sequence_is_freed,
+    exact,
     greedy,
     run,
     until,

@@ -1,0 +1,148 @@
+"""A draft model for speculative decoding on MLX: a small MLX model with the served model's vocabulary,
+guessing the next tokens of each generating sequence (`--draft MODEL`), as the llama.cpp engine's
+`--draft` does, with mlx-lm's model and KV caches.
+
+`SpeculativeBatch` (`_speculative`) asks it for up to k tokens for each sequence whose own text offers
+no n-gram draft. Per sequence it keeps a KV cache (mlx-lm's `make_prompt_cache`) and the tokens that
+cache holds; before drafting it catches up with the sequence's history from their longest common
+prefix, trimming the rest (rejected draft tokens, or a history that changed). A long prompt's catch-up
+is spread over steps (`CATCH_UP_TOKENS` per step over all sequences), so it never stalls the running
+streams for long; a sequence gets model drafts once caught up. Drafting is greedy, and a draft ends
+before the first token the draft model is not confident in (`MIN_CONFIDENCE`).
+
+Each sequence runs its own forward passes: their caches hold different lengths, and the draft model is
+small enough that one short pass per sequence and token costs little next to the served model's step
+(mlx-lm's own speculative generation, `speculative_generate_step`, is one sequence only).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+import numpy.typing as npt
+from mlx.utils import tree_flatten
+from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+
+from launcher.core.errors import ModelFormatError
+from launcher.engines.speculation import CATCH_UP_TOKENS, MIN_CONFIDENCE
+
+log = logging.getLogger("launcher.engines.mlx")
+
+_TOKENS_COMPARED = 2_000  # vocabulary entries compared to check that the two models share a vocabulary
+
+DraftWant = tuple[int, npt.NDArray[np.int32], int, int]
+"""A sequence that wants a draft: (mlx-lm uid, its history buffer, the history's length, tokens at most)."""
+
+
+def check_same_vocabulary(main_tokenizer: Any, draft_tokenizer: Any, draft_name: str) -> None:
+    """Raise ModelFormatError unless the draft model's tokens are the served model's: same size, same
+    end-of-text tokens, and the same text for a spread of token ids (Hugging Face tokenizers)."""
+    size, draft_size = len(main_tokenizer), len(draft_tokenizer)
+    problem = None
+    if size != draft_size:
+        problem = f"its vocabulary has {draft_size} tokens, the served model's {size}"
+    elif main_tokenizer.eos_token_id != draft_tokenizer.eos_token_id:
+        problem = "its end-of-text token differs"
+    else:
+        ids = np.unique(np.linspace(0, size - 1, num=min(size, _TOKENS_COMPARED)).astype(int)).tolist()
+        if main_tokenizer.convert_ids_to_tokens(ids) != draft_tokenizer.convert_ids_to_tokens(ids):
+            problem = "its tokens spell different text"
+    if problem:
+        raise ModelFormatError(
+            f"{draft_name} cannot draft for this model: {problem}. A draft model must share the served "
+            "model's vocabulary (a smaller model of the same family, e.g. Qwen2.5-Coder 0.5B for the 7B)."
+        )
+
+
+@dataclass(eq=False)
+class _Sequence:
+    cache: list[Any]
+    held: list[int] = field(default_factory=list)  # the tokens whose KV `cache` holds
+
+
+class MlxDraftModel:
+    """The draft model and a KV cache per drafting sequence. Used on the scheduler thread only."""
+
+    def __init__(self, model: Any, *, n_vocab: int) -> None:
+        self._model = model
+        self._n_vocab = n_vocab  # the served model's: a draft token past it could not be verified
+        self._sequences: dict[int, _Sequence] = {}
+        parameters: list[tuple[str, Any]] = tree_flatten(model.parameters())  # type: ignore[assignment]
+        self.weights_bytes = sum(int(value.nbytes) for _, value in parameters)
+        self.round_seconds: float | None = None  # drafting one token for one sequence, moving average
+
+    def draft(self, wants: list[DraftWant]) -> dict[int, npt.NDArray[np.int32]]:
+        """Drafts for the sequences of `wants` that are caught up (the others read more of their history)."""
+        budget = CATCH_UP_TOKENS
+        drafts: dict[int, npt.NDArray[np.int32]] = {}
+        # the sequences that are caught up first: a long catch-up must not keep them from drafting
+        synced = sorted(
+            ((self._sync(uid, h, n), uid, h, n, limit) for uid, h, n, limit in wants), key=lambda w: w[3] - w[0]
+        )
+        started, rounds = time.perf_counter(), 0
+        for common, uid, history, length, limit in synced:
+            take = min(length - common, budget)
+            if take <= 0:
+                continue
+            budget -= take
+            sequence = self._sequences[uid]
+            logits = self._forward(sequence, history[common : common + take].tolist())
+            if common + take < length:
+                continue  # still catching up: drafts from the next step on
+            tokens: list[int] = []
+            while True:
+                token = self._confident_token(logits)
+                if token is None:
+                    break
+                tokens.append(token)
+                if len(tokens) >= limit:
+                    break
+                logits = self._forward(sequence, [token])
+                rounds += 1
+            if tokens:
+                drafts[uid] = np.array(tokens, dtype=np.int32)
+        if rounds:
+            sample = (time.perf_counter() - started) / rounds
+            self.round_seconds = sample if self.round_seconds is None else 0.8 * self.round_seconds + 0.2 * sample
+        return drafts
+
+    def forget(self, uid: int) -> None:
+        """The sequence ended: drop its cache."""
+        self._sequences.pop(uid, None)
+
+    def _sync(self, uid: int, history: npt.NDArray[np.int32], length: int) -> int:
+        """Trim what this sequence's cache holds beyond its common prefix with `history[:length]`; return
+        that prefix's length (less one when the whole history is held: its last token is read again for
+        the logits the first draft token comes from)."""
+        sequence = self._sequences.get(uid)
+        if sequence is None:
+            sequence = self._sequences[uid] = _Sequence(make_prompt_cache(self._model))
+        held = sequence.held
+        n = min(len(held), length)
+        same = np.asarray(held[:n], dtype=np.int32) == history[:n]
+        common = n if bool(same.all()) else int(np.argmin(same))
+        common = min(common, length - 1)
+        if common < len(held):
+            trim_prompt_cache(sequence.cache, len(held) - common)
+            del held[common:]
+        return common
+
+    def _forward(self, sequence: _Sequence, tokens: list[int]) -> Any:
+        """Read `tokens` into the sequence's cache; the logits after the last one."""
+        logits = self._model(mx.array([tokens], dtype=mx.int32), cache=sequence.cache)[0, -1]
+        sequence.held.extend(tokens)
+        return logits
+
+    def _confident_token(self, logits: Any) -> int | None:
+        probabilities = mx.softmax(logits.astype(mx.float32), axis=-1)
+        best: Any = mx.argmax(probabilities).item()
+        token = int(best)
+        confidence: Any = probabilities[token].item()
+        if token >= self._n_vocab or float(confidence) < MIN_CONFIDENCE:
+            return None
+        return token
