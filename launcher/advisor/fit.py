@@ -172,7 +172,7 @@ def _kv_cell_bytes(arch: Architecture, kv_type: KvType) -> float:
     return 2 * arch.kv_heads * arch.head_dim * KV_BYTES_PER_ELEMENT[kv_type]
 
 
-def _sliding_layers(arch: Architecture) -> int:
+def sliding_layer_count(arch: Architecture) -> int:
     """Layers that attend over a sliding window (0 when the model has none)."""
     if arch.sliding_window and arch.full_attention_layers is not None:
         return arch.layers - arch.full_attention_layers
@@ -191,7 +191,7 @@ def kv_cache_bytes(
     sliding: SlidingCache = "window",
 ) -> int:
     """KV cache bytes for `parallel` sequences of `context` tokens, with sliding layers sized as `sliding` says."""
-    sliding_layers = _sliding_layers(arch)
+    sliding_layers = sliding_layer_count(arch)
     full_layers = arch.layers - sliding_layers
     if not sliding_layers or sliding == "full":
         cells = arch.layers * context * parallel
@@ -220,7 +220,7 @@ def swa_checkpoint_bytes(
     One checkpoint is one sequence's window in every sliding layer; each slot keeps up to
     `per_slot` of them, and all together at most `limit_mb` MiB.
     """
-    sliding_layers = _sliding_layers(arch)
+    sliding_layers = sliding_layer_count(arch)
     if not sliding_layers:
         return 0
     assert arch.sliding_window is not None
@@ -246,7 +246,7 @@ def compute_buffer_bytes(arch: Architecture, context: int, parallel: int = 1) ->
     mask-bound) at 4k/32k x 1/4."""
     cells = context * parallel
     ubatch = min(UBATCH_TOKENS, cells)
-    mask_cells = cells + (_llamacpp_swa_cells(arch, context, parallel) if _sliding_layers(arch) else 0)
+    mask_cells = cells + (_llamacpp_swa_cells(arch, context, parallel) if sliding_layer_count(arch) else 0)
     logits = ubatch * (arch.vocab_size or DEFAULT_VOCAB) * 4
     return int(max(logits, ubatch * mask_cells * 2) + ubatch * arch.hidden_size * 4 * 8)
 

@@ -13,7 +13,7 @@ from launcher.advisor.draft import DRAFT_ENGINES, draft_model, local_draft, prop
 from launcher.advisor.fit import fit_draft, fit_model, kv_cache_bytes
 from launcher.catalog.catalog import default_catalog
 from launcher.catalog.library import LibraryEntry, scan_hf_cache
-from launcher.catalog.schema import CatalogModel
+from launcher.catalog.schema import Catalog, CatalogModel
 from launcher.cli.recommend import format_recommendation, recommendation_json
 from launcher.core.config import ServeConfig
 from launcher.core.model_types import LocalModel
@@ -116,12 +116,58 @@ def test_a_partial_offload_gets_no_draft() -> None:
     assert any(r.startswith("No draft model: Llama 3.2 1B Instruct would take GPU memory") for r in rec.reasons)
 
 
-def test_mlx_is_told_the_draft_is_not_wired_there() -> None:
+def test_a_mac_with_room_gets_the_mlx_draft_with_its_memory_line() -> None:
+    # Qwen3 8B at 4bit on a 24 GB M2 leaves ~6 GiB of the GPU's share: the 0.6B at 8bit needs 4.6 GiB at 32k
+    # (3.5 GiB of it KV cache).
+    assert "mlx" in DRAFT_ENGINES
+    rec = recommend(macbook_m2(24), _model("qwen3-8b"), calibration=None)
+    assert (rec.choice.engine, rec.choice.format, rec.choice.fit.verdict) == ("mlx", "mlx", "unified")
+    assert rec.draft is not None
+    assert (rec.draft.model.id, rec.draft.quant) == ("qwen3-0.6b", "8bit")
+    assert rec.draft.source == "mlx-community/Qwen3-0.6B-8bit"
+    memory = rec.choice.fit.draft
+    assert memory is rec.draft.memory and memory.fits
+    assert memory.kv_cache == kv_cache_bytes(rec.draft.model.architecture, 32768) == 3584 * MIB
+    assert memory.checkpoints == 0  # llama.cpp's sliding-window checkpoints; Qwen3 has no such layers anyway
+    assert rec.choice.fit.breakdown().splitlines()[-1].startswith("draft Qwen3 0.6B 8bit on Apple M2 unified memory")
+    why = [r for r in rec.reasons if "draft" in r.lower()]
+    assert len(why) == 1 and why[0].startswith("Draft model: Qwen3 0.6B 8bit"), why
+    assert "MLX (mlx-lm) checks" in why[0]
+    # The catalog id also names GGUF copies: the MLX one is pulled and named by its repo.
+    assert (
+        "`launcher pull qwen3-0.6b --format mlx --quant 8bit`, then `--draft mlx-community/Qwen3-0.6B-8bit`" in why[0]
+    )
+    payload = recommendation_json(rec)
+    assert payload["draft"] == {"model": "qwen3-0.6b", "quant": "8bit", "source": "mlx-community/Qwen3-0.6B-8bit"}
+
+
+def test_a_mac_without_room_gets_no_mlx_draft_and_is_told_why() -> None:
+    # On a 16 GB M2 the 8B leaves under 1 GiB: neither the 8bit nor the 4bit draft fits (the 4bit is the last tried).
     rec = recommend(macbook_m2(16), _model("qwen3-8b"), calibration=None)
-    assert rec.choice.engine == "mlx"
-    assert "mlx" not in DRAFT_ENGINES
+    assert rec.choice.engine == "mlx" and rec.fits
     assert rec.draft is None and rec.choice.fit.draft is None
-    assert any("not wired into the MLX engine" in r for r in rec.reasons)
+    why = [r for r in rec.reasons if "draft" in r]
+    assert len(why) == 1 and why[0].startswith("No room for the draft model Qwen3 0.6B 4bit beside it"), why
+
+
+def test_mlx_proposes_no_draft_for_sliding_window_models() -> None:
+    # MLX keeps Gemma 3's sliding-window layers in rotating caches, which cannot take back rejected tokens.
+    rec = recommend(macbook_m2(32), _model("gemma-3-12b"), calibration=None)
+    assert rec.choice.engine == "mlx" and rec.fits
+    assert rec.draft is None and rec.choice.fit.draft is None
+    why = [r for r in rec.reasons if "draft" in r]
+    assert len(why) == 1 and "sliding-window layers in rotating caches" in why[0], why
+
+
+def test_a_draft_without_mlx_weights_is_not_proposed_for_mlx() -> None:
+    catalog = default_catalog()
+    qwen3 = _model("qwen3-8b")
+    models = [m.model_copy(update={"mlx": {}}) if m.id == "qwen3-0.6b" else m for m in catalog.models]
+    gguf_only = Catalog(models=models)
+    fit = recommend(macbook_m2(32), qwen3, calibration=None).choice.fit
+    assert propose_draft(qwen3, "mlx", "mlx", replace(fit, draft=None), catalog=gguf_only) == (None, None)
+    pick, _ = propose_draft(qwen3, "mlx", "mlx", replace(fit, draft=None), catalog=catalog)
+    assert pick is not None and pick.quant == "8bit"
 
 
 def test_a_model_without_a_catalog_draft_says_nothing_about_drafts() -> None:
@@ -203,7 +249,7 @@ def test_fill_plans_no_draft_where_the_config_rules_it_out(tmp_path: Path) -> No
     assert _plan(machine, _config(speculative="ngram"), library).draft is None
     named = _plan(machine, _config(draft="/some/draft.gguf"), library)
     assert named.draft is None and named.fill(_config(draft="/some/draft.gguf")).draft == "/some/draft.gguf"
-    # MLX loads no draft model; a model with no catalog id has no catalog draft.
+    # MLX drafts with an MLX copy, not a GGUF one; a model with no catalog id has no catalog draft.
     assert _plan(machine, _config(engine="mlx"), library).draft is None
     assert _plan(machine, _config(), library, catalog_id="gpt-oss-20b").draft is None
 
@@ -231,6 +277,81 @@ def test_the_draft_is_found_in_a_real_hugging_face_cache_layout(tmp_path: Path) 
     assert pick is not None and pick.path == entries[0].model.path and pick.quant == "Q8_0"
     plan = _plan(desktop_4090(), _config(), entries)
     assert plan.fill(_config()).draft == str(entries[0].model.path)
+
+
+QWEN3_8B_4BIT = 4_612_500_000  # bytes of Qwen3 8B at MLX 4bit, as the advisor estimates it
+
+
+def _mlx_entry(path: Path, quant: str | None = "8bit", size: int = 650_000_000) -> LibraryEntry:
+    # What the library makes of a pulled mlx-community snapshot: its quant read from config.json's bits.
+    repo = f"mlx-community/Qwen3-0.6B-{quant or '8bit'}"
+    model = LocalModel(path=path, format="mlx", name=repo, quant=quant, catalog_id="qwen3-0.6b")
+    return LibraryEntry(model=model, source="hf-cache", size_bytes=size, repo_id=repo)
+
+
+def _mlx_plan(machine: Machine, library: list[LibraryEntry] | None, **fields: object) -> ServePlan:
+    qwen3 = _model("qwen3-8b")
+    config = ServeConfig(model=qwen3.id, **fields)  # type: ignore[arg-type]
+    return plan_for_config(
+        machine, "mlx", qwen3.architecture, QWEN3_8B_4BIT, config, None, catalog_id=qwen3.id, library=library
+    )
+
+
+def test_an_mlx_plan_drafts_with_an_mlx_copy_in_the_library(tmp_path: Path) -> None:
+    # A 64 GB M2 serving Qwen3 8B at 32k x 4 sequences has room for the 0.6B's weights and its four KV caches.
+    eight, four = tmp_path / "Qwen3-0.6B-8bit", tmp_path / "Qwen3-0.6B-4bit"
+    library = [_mlx_entry(four, "4bit", 340_000_000), _mlx_entry(eight)]
+    plan = _mlx_plan(macbook_m2(64), library)
+    assert (plan.engine, plan.fit.verdict, plan.fit.parallel) == ("mlx", "unified", 4)
+    assert plan.draft == str(eight)  # the widest bits that fit
+    assert plan.fit.draft is not None and plan.fit.draft.fits
+    assert plan.fit.draft.weights == 650_000_000  # the folder on disk, not the catalog's estimate
+    assert plan.fit.draft.kv_cache == kv_cache_bytes(_model("qwen3-0.6b").architecture, plan.fit.context, 4)
+    assert "draft model Qwen3 0.6B 8bit" in plan.reason
+    assert plan.fit.breakdown().splitlines()[-1].startswith("draft Qwen3 0.6B 8bit on Apple M2 unified memory")
+    assert plan.fill(ServeConfig(model="qwen3-8b")).draft == str(eight)
+    # A copy whose config.json named no bits is known by its repo.
+    fit = replace(plan.fit, draft=None)
+    pick = local_draft("qwen3-8b", "mlx", "mlx", fit, [_mlx_entry(eight, quant=None)])
+    assert pick is not None and (pick.quant, pick.path, pick.source) == ("8bit", eight, str(eight))
+
+
+def test_each_engine_drafts_only_with_a_copy_in_its_own_format(tmp_path: Path) -> None:
+    mlx_copy = _mlx_entry(tmp_path / "Qwen3-0.6B-8bit")
+    gguf_copy = _library_entry(tmp_path / "Qwen3-0.6B-Q8_0.gguf", catalog_id="qwen3-0.6b")
+    assert _mlx_plan(macbook_m2(64), [gguf_copy]).draft is None
+    fit = replace(_mlx_plan(macbook_m2(64), None).fit, draft=None)
+    assert local_draft("qwen3-8b", "llamacpp", "gguf", fit, [mlx_copy]) is None
+    assert local_draft("qwen3-8b", "mlx", "mlx", fit, [mlx_copy, gguf_copy]) is not None
+    assert local_draft("qwen3-8b", "mlx", "mlx", fit, [replace(mlx_copy, problem="no safetensors")]) is None
+
+
+def test_an_mlx_plan_without_room_or_for_a_sliding_window_model_has_no_draft(tmp_path: Path) -> None:
+    library = [_mlx_entry(tmp_path / "Qwen3-0.6B-8bit")]
+    # A 24 GB M2 at 16k x 4: the draft's four KV caches alone need more than the 1.5 GiB left.
+    tight = _mlx_plan(macbook_m2(24), library)
+    assert tight.fit.fits and tight.draft is None and tight.fit.draft is None
+    # One sequence at 32k leaves room.
+    assert _mlx_plan(macbook_m2(24), library, parallel=1).draft == str(tmp_path / "Qwen3-0.6B-8bit")
+    # Gemma 3's sliding-window layers: MLX's rotating caches cannot take back rejected draft tokens.
+    gemma, gemma_draft = _model("gemma-3-12b"), _model("gemma-3-1b")
+    gemma_copy = LibraryEntry(
+        model=LocalModel(path=tmp_path / "g", format="mlx", name="g", quant="8bit", catalog_id=gemma_draft.id),
+        source="hf-cache",
+        size_bytes=1_100_000_000,
+    )
+    config = ServeConfig(model=gemma.id)
+    plan = plan_for_config(
+        macbook_m2(64),
+        "mlx",
+        gemma.architecture,
+        7_000_000_000,
+        config,
+        None,
+        catalog_id=gemma.id,
+        library=[gemma_copy],
+    )
+    assert plan.engine == "mlx" and plan.fit.fits and plan.draft is None
 
 
 @pytest.mark.parametrize("model_id", ["qwen2.5-coder-7b", "llama-3.1-8b", "qwen3-14b"])
