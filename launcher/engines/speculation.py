@@ -42,6 +42,7 @@ _PRIOR_ACCEPTED = 1.0  # acceptance prior: 2 of 3 (an n-gram match in code usual
 _PRIOR_REJECTED = 0.5
 _STATS_DECAY = 0.8  # per verification: an agent moves between copying and writing anew
 _COST_DECAY = 0.97  # per timed step
+_SLOPE_PRIOR_SPREAD = 8.0  # rows^2: the assumed cost of a row weighs as much as two steps 2 rows off the mean
 _EMPTY = np.zeros(0, dtype=np.int32)
 
 
@@ -104,9 +105,12 @@ class DraftStats:
 
 class StepCost:
     """Seconds a decode step takes as a function of its rows: fixed + per_row * rows, fitted by least
-    squares over recent steps (decayed sums, so a busy moment fades out). Until the rows have varied
-    enough to fit a slope, a row is assumed to cost a quarter of the mean step: drafting is then tried,
-    and its steps teach the real slope."""
+    squares over recent steps (decayed sums, so a busy moment fades out). The slope starts from an
+    assumption, a row costs a quarter of the mean step, which counts as `_SLOPE_PRIOR_SPREAD` of spread
+    in rows: while the rows have hardly varied the assumption holds (drafting is tried, and its steps
+    teach the real slope), and one odd step cannot decide alone. (The first step of a new size on a
+    fresh server was once timed at three times the others, the fit said a row cost a whole step, and
+    drafting stopped until the next probe.)"""
 
     def __init__(self) -> None:
         self._n = self._x = self._y = self._xx = self._xy = 0.0
@@ -121,12 +125,11 @@ class StepCost:
         if self._n < 1:
             return None
         mean_x, mean_y = self._x / self._n, self._y / self._n
-        spread = self._xx / self._n - mean_x * mean_x
-        if spread > 0.25:  # rows have varied: the fitted slope, within sane bounds
-            slope = (self._xy / self._n - mean_x * mean_y) / spread
-            per_row = min(max(slope, 0.0), mean_y / max(mean_x, 1.0))
-        else:
-            per_row = 0.25 * mean_y / max(mean_x, 1.0)
+        assumed = 0.25 * mean_y / max(mean_x, 1.0)
+        spread = max(self._xx - self._n * mean_x * mean_x, 0.0)  # sum of (rows - mean)^2, decayed
+        covariance = self._xy - self._n * mean_x * mean_y
+        slope = (covariance + assumed * _SLOPE_PRIOR_SPREAD) / (spread + _SLOPE_PRIOR_SPREAD)
+        per_row = min(max(slope, 0.0), mean_y / max(mean_x, 1.0))
         return max(mean_y - per_row * mean_x, 0.0), per_row
 
 
