@@ -93,6 +93,7 @@ class MlxDraftModel:
             sequence = self._sequences[uid]
             logits = self._forward(sequence, history[common : common + take].tolist())
             if common + take < length:
+                mx.eval(logits)  # the chunk is read now (MLX is lazy), not piled onto the next step's graph
                 continue  # still catching up: drafts from the next step on
             tokens: list[int] = []
             while True:
