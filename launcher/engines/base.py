@@ -80,6 +80,11 @@ class Constraint:
     kind "regex" / "grammar_gbnf": raw grammars where an engine supports them.
     `prefix_text`: literal text the output must start with before the constrained part
     (used for tool calls rendered as e.g. `<tool_call>{...}</tool_call>`).
+    `repeat`: prefix + constrained part + suffix once or more, whitespace between (parallel tool calls).
+    `triggers`: a lazy constraint (regular expressions; none: not lazy). Output is free until the text
+    so far matches one; from the match (its first group, if it has one) on, the output must match the
+    constraint. Tool calls on `tool_choice: auto`: the model may answer in words, and a call it starts
+    is a well-formed call. Only engines whose models say `lazy_constraints` get one.
     """
 
     kind: Literal["json_schema", "json_object", "regex", "grammar_gbnf"]
@@ -87,6 +92,8 @@ class Constraint:
     pattern: str | None = None
     prefix_text: str = ""
     suffix_text: str = ""
+    repeat: bool = False
+    triggers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,13 @@ from launcher.server.harmony import HarmonySplitter
 from launcher.server.model_slot import ModelSlot
 from launcher.server.reasoning import ReplySplitter, ThinkSplitter
 from launcher.server.templates import TemplateError, ToolFormat, detect_tool_format
-from launcher.server.toolcalls import ParsedToolCall, StreamingToolParser, TextPiece, tool_constraint
+from launcher.server.toolcalls import (
+    ParsedToolCall,
+    StreamingToolParser,
+    TextPiece,
+    lazy_tool_constraint,
+    tool_constraint,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +60,7 @@ class ChatOptions:
     tools: list[dict[str, Any]] = field(default_factory=list)
     tool_choice: ToolChoice = "auto"
     settings: GenerationSettings = field(default_factory=GenerationSettings)
+    parallel_tool_calls: bool = True  # several calls in one reply (OpenAI's `parallel_tool_calls`)
 
 
 # Answer text: a generation chunk with the reasoning and the tool calls taken out.
@@ -369,11 +376,21 @@ async def start_chat(slot: ModelSlot, options: ChatOptions) -> ChatRun:
     constraint = options.settings.constraint
     tool_format: ToolFormat | None = None
     constrained = False
+    thinks = "<think>" in template.source
+    opens_thinking = thinks and text.rstrip().endswith("<think>")
     if options.tools and options.tool_choice != "none":
         tool_format = template.tool_format
         if options.tool_choice != "auto":
             constraint, tool_format = tool_constraint(template.tool_format, _choice_tools(options))
             constrained = True
+        elif constraint is None and getattr(model, "lazy_constraints", False):
+            # free text until the model starts a call; the call itself can only be well formed
+            constraint = lazy_tool_constraint(
+                template.tool_format,
+                options.tools,
+                parallel=options.parallel_tool_calls,
+                thinking="inside" if opens_thinking else "maybe" if thinks else "no",
+            )
     if options.tools and options.tool_choice == "auto" and options.settings.constraint is not None:
         tool_format = None  # a JSON reply was asked for; do not read it as a call
     settings = replace(options.settings, constraint=constraint)
@@ -387,8 +404,9 @@ async def start_chat(slot: ModelSlot, options: ChatOptions) -> ChatRun:
         checkpoint_hints=rendered.checkpoint_hints,
     )
     thinking: ReplySplitter | None = None
-    if constraint is None and detect_tool_format(template.source) == "harmony":
+    free = constraint is None or bool(constraint.triggers)  # a lazy call grammar leaves the thinking free
+    if free and detect_tool_format(template.source) == "harmony":
         thinking = HarmonySplitter()  # gpt-oss: analysis/final channels, whatever tools the template offers
-    elif constraint is None and "<think>" in template.source:
-        thinking = ThinkSplitter(starts_inside=text.rstrip().endswith("<think>"))
+    elif free and thinks:
+        thinking = ThinkSplitter(starts_inside=opens_thinking)
     return ChatRun(generation, tool_format, constrained, thinking)

@@ -85,7 +85,13 @@ def chat_options(body: ChatCompletionRequest) -> ChatOptions:
         ignore_eos=body.ignore_eos,
         speculative=body.speculative,
     )
-    return ChatOptions(messages=messages, tools=tools, tool_choice=choice, settings=settings)
+    return ChatOptions(
+        messages=messages,
+        tools=tools,
+        tool_choice=choice,
+        settings=settings,
+        parallel_tool_calls=body.parallel_tool_calls is not False,
+    )
 
 
 def _tool_call(call: ParsedToolCall) -> ToolCallInfo:

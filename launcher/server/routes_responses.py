@@ -161,7 +161,11 @@ def _options(body: ResponsesRequest) -> ChatOptions:
         speculative=body.speculative,
     )
     return ChatOptions(
-        messages=normalize_history(_input_messages(body)), tools=tools, tool_choice=choice, settings=settings
+        messages=normalize_history(_input_messages(body)),
+        tools=tools,
+        tool_choice=choice,
+        settings=settings,
+        parallel_tool_calls=body.parallel_tool_calls is not False,
     )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from launcher.engines.base import Constraint
@@ -332,8 +332,47 @@ def _call_schema(fmt: ToolFormat, name: str, parameters: dict[str, Any] | None) 
     }
 
 
-def tool_constraint(fmt: ToolFormat, tools: list[dict[str, Any]]) -> tuple[Constraint, ToolFormat]:
-    """A grammar constraint forcing exactly one call to one of `tools`, and the format it produces.
+_CALL_MARKERS: dict[ToolFormat, str] = {"hermes": "<tool_call>", "mistral": "[TOOL_CALLS]"}
+"""The text that starts a call, for the formats whose calls have one (llama3's bare JSON and harmony's
+channels have none a lazy grammar can wait for: their calls are parsed, not constrained)."""
+
+
+def _regex_literal(text: str) -> str:
+    """`text` as an ECMAScript (std::regex) literal."""
+    return re.sub(r"([.^$|?*+()\[\]{}\\])", r"\\\1", text)
+
+
+def lazy_tool_constraint(
+    fmt: ToolFormat, tools: list[dict[str, Any]], *, parallel: bool, thinking: Literal["no", "maybe", "inside"]
+) -> Constraint | None:
+    """The grammar for `tool_choice: auto`: free text until the model starts a call, then only calls to
+    `tools` with arguments that match their schemas, one or (`parallel`) more, and then the end.
+
+    `thinking`: whether the reply may open with a `<think>` block ("maybe") or the prompt already
+    opened one ("inside"). A call marker written while thinking is not a call, so with thinking the
+    grammar waits for a call that opens the reply or follows `</think>`; a call after other text is
+    then parsed unconstrained, as without a grammar. (No pattern scans the whole reply with `.*`:
+    llama.cpp matches them with std::regex, whose backtracking recurses once per character and can
+    overflow the stack on a long reply.) None for formats without a call marker."""
+    marker = _CALL_MARKERS.get(fmt)
+    if marker is None:
+        return None
+    call = f"({_regex_literal(marker)})"
+    after_thinking = rf"</think>\s*{call}"
+    triggers = {
+        "no": (call,),
+        "maybe": (rf"^\s*{call}", after_thinking),
+        "inside": (after_thinking,),
+    }[thinking]
+    constraint, _ = tool_constraint(fmt, tools, parallel=parallel)
+    return replace(constraint, triggers=triggers, repeat=parallel and fmt == "hermes")
+
+
+def tool_constraint(
+    fmt: ToolFormat, tools: list[dict[str, Any]], *, parallel: bool = False
+) -> tuple[Constraint, ToolFormat]:
+    """A grammar constraint forcing exactly one call to one of `tools` (one or more in mistral's array
+    when `parallel`), and the format it produces.
 
     harmony is constrained in hermes form (its call header names the tool before the JSON).
     """
@@ -346,6 +385,6 @@ def tool_constraint(fmt: ToolFormat, tools: list[dict[str, Any]]) -> tuple[Const
             kind="json_schema", schema=schema, prefix_text="<tool_call>\n", suffix_text="\n</tool_call>"
         ), fmt
     if fmt == "mistral":
-        array = {"type": "array", "items": schema, "minItems": 1, "maxItems": 1}
+        array = {"type": "array", "items": schema, "minItems": 1, **({} if parallel else {"maxItems": 1})}
         return Constraint(kind="json_schema", schema=array, prefix_text="[TOOL_CALLS]"), fmt
     return Constraint(kind="json_schema", schema=schema), fmt

@@ -56,12 +56,19 @@ def compile_constraint(constraint: Constraint) -> str:
     # Key order matters: the converter writes properties in the schema's order.
     schema_text = json.dumps(constraint.schema) if constraint.schema is not None else None
     return _compile_cached(
-        constraint.kind, schema_text, constraint.pattern, constraint.prefix_text, constraint.suffix_text
+        constraint.kind,
+        schema_text,
+        constraint.pattern,
+        constraint.prefix_text,
+        constraint.suffix_text,
+        constraint.repeat,
     )
 
 
 @functools.lru_cache(maxsize=64)
-def _compile_cached(kind: str, schema_text: str | None, pattern: str | None, prefix_text: str, suffix_text: str) -> str:
+def _compile_cached(
+    kind: str, schema_text: str | None, pattern: str | None, prefix_text: str, suffix_text: str, repeat: bool
+) -> str:
     from llama_cpp import llama_grammar
 
     if kind == "json_schema":
@@ -93,6 +100,9 @@ def _compile_cached(kind: str, schema_text: str | None, pattern: str | None, pre
     parts.append("root")
     if suffix_text:
         parts.append(_gbnf_literal(suffix_text))
+    if repeat:
+        once = f"{GRAMMAR_ROOT}-once"
+        return f"{body}\n{once} ::= {' '.join(parts)}\n{GRAMMAR_ROOT} ::= {once} ([ \\t\\n]* {once})*\n"
     return f"{body}\n{GRAMMAR_ROOT} ::= {' '.join(parts)}\n"
 
 
@@ -151,13 +161,25 @@ class _BudgetedConverter:
         return str(self._converter.format_grammar())
 
 
-def check_grammar(llama_cpp: ModuleType, vocab: Any, grammar: str) -> None:
+def check_grammar(llama_cpp: ModuleType, vocab: Any, grammar: str, triggers: tuple[str, ...] = ()) -> None:
     """Raise ConstraintError if llama.cpp cannot parse `grammar` (checked before a request is queued,
     so the client gets a 400 at once instead of an error event after waiting for a slot)."""
-    sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), GRAMMAR_ROOT.encode())
+    sampler = _grammar_sampler(llama_cpp, vocab, grammar, triggers)
     if not sampler:
         raise ConstraintError("llama.cpp rejected the grammar compiled from this constraint")
     llama_cpp.llama_sampler_free(sampler)
+
+
+def _grammar_sampler(llama_cpp: ModuleType, vocab: Any, grammar: str, triggers: tuple[str, ...]) -> Any:
+    """llama.cpp's grammar sampler; with `triggers` (`Constraint.triggers`: patterns the server wrote,
+    never a client's, as llama.cpp's std::regex would abort the process on a bad one) its lazy form,
+    which leaves tokens free until the text generated so far matches one of them."""
+    if not triggers:
+        return llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), GRAMMAR_ROOT.encode())
+    patterns = (ctypes.c_char_p * len(triggers))(*(t.encode() for t in triggers))
+    return llama_cpp.llama_sampler_init_grammar_lazy_patterns(
+        vocab, grammar.encode(), GRAMMAR_ROOT.encode(), patterns, len(triggers), None, 0
+    )
 
 
 def logits_row(logits_pointer: Any, n_vocab: int) -> npt.NDArray[np.float32]:
@@ -195,8 +217,10 @@ def build_sampler(
     params: SamplingParams,
     grammar: str | None,
     banned_tokens: Iterable[int],
+    triggers: tuple[str, ...] = (),
 ) -> Any:
-    """A new sampler chain for one request (free it with llama_sampler_free); raises ConstraintError."""
+    """A new sampler chain for one request (free it with llama_sampler_free); raises ConstraintError.
+    `triggers`: the grammar is lazy (`Constraint.triggers`)."""
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
     add = llama_cpp.llama_sampler_chain_add
     biases = {int(token): float(bias) for token, bias in params.logit_bias.items() if 0 <= int(token) < n_vocab}
@@ -220,7 +244,7 @@ def build_sampler(
             ),
         )
     if grammar is not None:
-        grammar_sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), GRAMMAR_ROOT.encode())
+        grammar_sampler = _grammar_sampler(llama_cpp, vocab, grammar, triggers)
         if not grammar_sampler:
             llama_cpp.llama_sampler_free(chain)
             raise ConstraintError("llama.cpp rejected the grammar compiled from this constraint")

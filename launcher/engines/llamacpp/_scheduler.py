@@ -406,7 +406,10 @@ class Scheduler(SchedulerThread[Job]):
         sampler = None
         if not plain_greedy(job.request.sampling, job.grammar, banned):
             try:
-                sampler = build_sampler(self._ll, self._vocab, self._n_vocab, job.request.sampling, job.grammar, banned)
+                triggers = job.request.constraint.triggers if job.request.constraint is not None else ()
+                sampler = build_sampler(
+                    self._ll, self._vocab, self._n_vocab, job.request.sampling, job.grammar, banned, triggers
+                )
             except ConstraintError as err:
                 self._events.emit(job, refusal(job.request, str(err)))
                 return

@@ -162,6 +162,10 @@ class LlamaCppModel:
 
     # ----- generation ------------------------------------------------------------------------
 
+    # Lazy constraints (`Constraint.trigger`: tool calls on `tool_choice: auto`) run on llama.cpp's
+    # lazy grammar sampler.
+    lazy_constraints = True
+
     @property
     def wants_checkpoint_hints(self) -> bool:
         """True when the server's checkpoint positions are used: a sliding-window model with checkpoints."""
@@ -187,9 +191,12 @@ class LlamaCppModel:
         if problem is None and request.constraint is not None:
             try:
                 grammar = compile_constraint(request.constraint)
-                check_grammar(self._ll, self._vocab, grammar)
+                check_grammar(self._ll, self._vocab, grammar, request.constraint.triggers)
             except ConstraintError as err:
-                problem = str(err)
+                if not request.constraint.triggers:
+                    problem = str(err)
+                else:  # a lazy tool-call grammar only helps: without it the call is parsed as before
+                    log.info("the tool-call grammar is not used for this request: %s", err)
         # a refused prompt may hold ids that do not fit an int32
         prompt = np.asarray(request.prompt_tokens if problem is None else [], dtype=np.int32)
         job = Job(request=checked.request, prompt=prompt, grammar=grammar, loop=loop, queue=asyncio.Queue())
