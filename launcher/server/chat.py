@@ -35,8 +35,10 @@ from launcher.server.generation import (
     start_generation,
 )
 from launcher.server.harmony import HarmonySplitter
+from launcher.server.metrics import ModelMetrics
 from launcher.server.model_slot import ModelSlot
 from launcher.server.reasoning import ReplySplitter, ThinkSplitter
+from launcher.server.request_log import current_request
 from launcher.server.templates import TemplateError, ToolFormat, detect_tool_format
 from launcher.server.toolcalls import (
     ParsedToolCall,
@@ -207,6 +209,8 @@ class ChatRun:
     tool_format: ToolFormat | None  # None: tool calls are not parsed
     constrained: bool
     thinking: ReplySplitter | None = None  # None: the model does not think apart from its answer
+    grammar: Literal["lazy", "required", "none"] = "none"  # the call grammar the reply ran under
+    metrics: ModelMetrics | None = None  # where the calls are counted
 
     @property
     def prompt_tokens(self) -> int:
@@ -254,8 +258,21 @@ class ChatRun:
                 continue
             for event in split("", (), True):
                 yield event
+            self._count_calls(calls, parser.left_as_text if parser is not None else 0)
             reason: FinishReason = "tool_calls" if calls and item.reason in ("stop", "length") else item.reason
             yield replace(item, reason=reason)
+
+    def _count_calls(self, parsed: int, left_as_text: int) -> None:
+        """The reply's calls in the request log line and /metrics."""
+        record = current_request()
+        if record is not None:
+            record.tool_calls += parsed
+            record.calls_as_text += left_as_text
+            record.tool_grammar = self.grammar if self.grammar != "none" else ""
+        if self.metrics is not None and self.metrics.name:
+            for outcome, count in (("parsed", parsed), ("left_as_text", left_as_text)):
+                if count:
+                    self.metrics.tool_calls.labels(self.metrics.name, outcome, self.grammar).inc(count)
 
     async def aclose(self) -> None:
         """Stop generating (client gone or done)."""
@@ -375,7 +392,7 @@ async def start_chat(slot: ModelSlot, options: ChatOptions) -> ChatRun:
     text, prompt = rendered.text, rendered.tokens
     constraint = options.settings.constraint
     tool_format: ToolFormat | None = None
-    constrained = False
+    constrained = lazy = False
     thinks = "<think>" in template.source
     opens_thinking = thinks and text.rstrip().endswith("<think>")
     if options.tools and options.tool_choice != "none":
@@ -391,6 +408,7 @@ async def start_chat(slot: ModelSlot, options: ChatOptions) -> ChatRun:
                 parallel=options.parallel_tool_calls,
                 thinking="inside" if opens_thinking else "maybe" if thinks else "no",
             )
+            lazy = constraint is not None
     if options.tools and options.tool_choice == "auto" and options.settings.constraint is not None:
         tool_format = None  # a JSON reply was asked for; do not read it as a call
     settings = replace(options.settings, constraint=constraint)
@@ -409,4 +427,5 @@ async def start_chat(slot: ModelSlot, options: ChatOptions) -> ChatRun:
         thinking = HarmonySplitter()  # gpt-oss: analysis/final channels, whatever tools the template offers
     elif free and thinks:
         thinking = ThinkSplitter(starts_inside=opens_thinking)
-    return ChatRun(generation, tool_format, constrained, thinking)
+    grammar: Literal["lazy", "required", "none"] = "required" if constrained else "lazy" if lazy else "none"
+    return ChatRun(generation, tool_format, constrained, thinking, grammar, slot.metrics)

@@ -109,6 +109,7 @@ class ModelMetrics:
         self.stream_decode_seconds = server.stream_decode_seconds.labels(name)
         self.prefill_uncached_tokens = server.prefill_uncached_tokens.labels(name)
         self.prefill_seconds = server.prefill_seconds.labels(name)
+        self.tool_calls = server.tool_calls
         self.busy = BusyClock()
         self.prefill_rate = RateWindow()
         self.decode_rate = RateWindow()
@@ -318,6 +319,15 @@ class ServerMetrics:
             "launcher_prefill_seconds",
             "time to first token of the requests that read prompt tokens",
             labels,
+            registry=reg,
+        )
+        # Tool calls the model started, by outcome ("parsed", "left_as_text": did not parse and reached the
+        # client as text) and by the grammar that constrained them ("lazy" on tool_choice auto, "required"
+        # for a forced call, "none").
+        self.tool_calls = Counter(
+            "launcher_tool_calls",
+            "tool calls started, by outcome and grammar",
+            [MODEL_LABEL, "outcome", "grammar"],
             registry=reg,
         )
         self._models: dict[str, ModelMetrics] = {}

@@ -82,6 +82,9 @@ class RequestRecord:
     generated_tokens: int = 0
     draft_tokens: int = 0  # speculative decoding: draft tokens the engine verified for this request
     accepted_draft_tokens: int = 0  # ... and accepted (each one a generated token without a step of its own)
+    tool_calls: int = 0  # calls parsed out of the reply
+    calls_as_text: int = 0  # calls started that did not parse (left as text for the client)
+    tool_grammar: str = ""  # "lazy" or "required" when a call grammar constrained the reply
     ttft_s: float | None = None
     keep_reply: bool = False
     reply: list[str] = field(default_factory=list)  # the start of the generated text (`replies` mode)
@@ -113,6 +116,10 @@ class RequestRecord:
                 f"generated={self.generated_tokens:,}",
                 *([f"(draft {self.accepted_draft_tokens:,}/{self.draft_tokens:,})"] if self.draft_tokens else []),
             ]
+        if self.tool_calls or self.calls_as_text:
+            parts.append(f"calls={self.tool_calls}" + (f" ({self.tool_grammar} grammar)" if self.tool_grammar else ""))
+            if self.calls_as_text:
+                parts.append(f"left-as-text={self.calls_as_text}")
         if self.ttft_s is not None:
             parts.append(f"ttft={self.ttft_s:.2f}s")
         parts.append(f"total={total_s:.2f}s")

@@ -215,6 +215,7 @@ class StreamingToolParser:
         self.seen_text = False  # llama 3 bare JSON only counts at the very start
         self._bare_json = False  # the open call is bare llama 3 JSON (no marker to give back)
         self._checked_size = 0  # body size at the last look-ahead check
+        self.left_as_text = 0  # calls started that did not parse, given to the client as text
 
     def _longest_marker_prefix(self, text: str) -> int:
         best = 0
@@ -248,6 +249,7 @@ class StreamingToolParser:
                 if verdict == "impossible":
                     # Not a call: the marker is text, and the body is read again as text (it may
                     # hold a real call further on).
+                    self.left_as_text += 1
                     if not self._bare_json:
                         events.append(TextPiece(next(iter(self.markers))))
                     continue
@@ -299,6 +301,7 @@ class StreamingToolParser:
         if calls is not None:
             return list(calls)
         # Not a call after all: give the client the text the model wrote.
+        self.left_as_text += 1
         if self._bare_json:
             return [TextPiece(body)]
         start = next(iter(self.markers))

@@ -13,11 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from gguf import GGUFReader
 
 from tests.conformance.servers import SERVERS, RunningServer, start_server
+from tests.metrics_text import metric_total
 
 TOOLS: Any = [
     {
@@ -104,3 +106,25 @@ def test_a_streamed_call_is_the_same_call(server: RunningServer, tiny_gguf: Path
     _check(names[0], arguments[0])
     assert whole.choices[0].message.tool_calls is not None
     assert json.loads(arguments[0]) == json.loads(whole.choices[0].message.tool_calls[0].function.arguments)
+
+
+def test_calls_are_counted_in_metrics_and_the_request_log(server: RunningServer, tiny_gguf: Path) -> None:
+    api = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", timeout=120)
+    before = httpx.get(f"{server.url}/metrics", timeout=30).text
+    api.chat.completions.create(**_request(tiny_gguf))
+    # max_tokens cuts the next call short: what the model wrote reaches the client as text, counted so
+    cut = api.chat.completions.create(**{**_request(tiny_gguf), "max_tokens": 6})
+    assert cut.choices[0].finish_reason == "length" and not cut.choices[0].message.tool_calls
+    assert (cut.choices[0].message.content or "").startswith("<tool_call>")
+    after = httpx.get(f"{server.url}/metrics", timeout=30).text
+
+    def delta(outcome: str) -> float:
+        labels = {"outcome": outcome, "grammar": "lazy"}
+        name = "launcher_tool_calls_total"
+        return metric_total(after, name, **labels) - (
+            metric_total(before, name, **labels) if f'outcome="{outcome}"' in before else 0.0
+        )
+
+    assert delta("parsed") == 1 and delta("left_as_text") == 1
+    log = server.stderr_path.read_text(errors="replace")
+    assert "calls=1 (lazy grammar)" in log and "calls=0 (lazy grammar) left-as-text=1" in log
