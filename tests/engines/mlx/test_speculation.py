@@ -206,7 +206,9 @@ def _offer(tokens: int, mode: Any = "auto", stats: DraftStats | None = None) -> 
 
 def _cost(per_row: float) -> StepCost:
     cost = StepCost()
-    for rows in (1, 4, 2, 8):  # 10 ms a step plus per_row a row
+    # 10 ms a step plus per_row a row, over enough steps of different sizes that the fit's starting
+    # assumption (a row costs a quarter step) no longer weighs
+    for rows in (1, 4, 2, 8) * 4:
         cost.record(rows, 0.010 + per_row * (rows - 1))
     return cost
 
