@@ -51,11 +51,12 @@ def compile_constraint(constraint: Constraint) -> str:
 
     Schemas are checked against `_schema_bounds` first and compiled under a size and time budget,
     so no request can make this take more than milliseconds; results are cached per schema text
-    (agents send the same tools with every turn).
+    (agents send the same tools with every turn), refusals too: tools whose grammar is over budget
+    must not cost that budget again on every turn of an agent's session.
     """
     # Key order matters: the converter writes properties in the schema's order.
     schema_text = json.dumps(constraint.schema) if constraint.schema is not None else None
-    return _compile_cached(
+    outcome = _compile_outcome(
         constraint.kind,
         schema_text,
         constraint.pattern,
@@ -63,10 +64,22 @@ def compile_constraint(constraint: Constraint) -> str:
         constraint.suffix_text,
         constraint.repeat,
     )
+    if isinstance(outcome, ConstraintError):
+        raise ConstraintError(*outcome.args)
+    return outcome
 
 
 @functools.lru_cache(maxsize=64)
-def _compile_cached(
+def _compile_outcome(
+    kind: str, schema_text: str | None, pattern: str | None, prefix_text: str, suffix_text: str, repeat: bool
+) -> str | ConstraintError:
+    try:
+        return _compile(kind, schema_text, pattern, prefix_text, suffix_text, repeat)
+    except ConstraintError as err:
+        return err
+
+
+def _compile(
     kind: str, schema_text: str | None, pattern: str | None, prefix_text: str, suffix_text: str, repeat: bool
 ) -> str:
     from llama_cpp import llama_grammar

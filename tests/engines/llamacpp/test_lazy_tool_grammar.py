@@ -113,3 +113,26 @@ def test_mistral_calls_are_lazy_on_their_marker_and_formats_without_one_are_not(
     assert mistral.schema is not None and mistral.schema["maxItems"] == 1
     assert lazy_tool_constraint("llama3", TOOLS, parallel=True, thinking="no") is None
     assert lazy_tool_constraint("harmony", TOOLS, parallel=True, thinking="no") is None
+
+
+async def test_tools_whose_grammar_is_over_budget_are_served_unconstrained_and_not_compiled_again(
+    tiny_model: LlamaCppModel, text_prompt: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from launcher.engines.llamacpp import _sampling
+
+    huge = [{"type": "function", "function": {"name": "t", "parameters": {"type": "string", "minLength": 10**8}}}]
+    constraint = lazy_tool_constraint("hermes", huge, parallel=False, thinking="no")
+    calls = 0
+    compile_once = _sampling._compile
+
+    def counting(*args: object) -> str:
+        nonlocal calls
+        calls += 1
+        return compile_once(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_sampling, "_compile", counting)
+    plain = await run(tiny_model, exact(text_prompt, 12))
+    for _ in range(2):  # an agent's next turn sends the same tools
+        lazy = await run(tiny_model, exact(text_prompt, 12, constraint=constraint))
+        assert lazy.last.finish_reason == "length" and lazy.tokens == plain.tokens  # served, not refused
+    assert calls == 1
