@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from launcher.core.config import SpeculativeMode
+from launcher.core.errors import ModelFormatError
 
 NGRAM_MIN = 3  # tokens that must repeat before their continuation is offered as a draft
 NGRAM_MAX = 8  # a longer match is preferred up to this length (a better predictor than the most recent)
@@ -65,6 +66,25 @@ def ngram_draft(tokens: npt.NDArray[np.int32], length: int, limit: int) -> npt.N
             return _EMPTY  # the minimum match is required
     start = int(ends[-1]) + 1
     return history[start : min(start + limit, length)].copy()
+
+
+def kept_prefix(held: npt.NDArray[np.int32], history: npt.NDArray[np.int32], length: int) -> int:
+    """How much of what a draft model's cache holds for a sequence (`held`) it keeps before drafting after
+    `history[:length]`: their common prefix (rejected draft tokens, or a new request, make it shorter),
+    less one when the whole history is held, as its last token is read again for the logits the first
+    draft token comes from."""
+    n = min(len(held), length)
+    same = held[:n] == history[:n]
+    common = n if bool(same.all()) else int(np.argmin(same))
+    return min(common, length - 1)
+
+
+def vocabulary_mismatch(draft_name: str, problem: str) -> ModelFormatError:
+    """The error for a draft model whose tokens are not the served model's (`problem` says how)."""
+    return ModelFormatError(
+        f"{draft_name} cannot draft for this model: {problem}. A draft model must share the served "
+        "model's vocabulary (a smaller model of the same family, e.g. Qwen2.5-Coder 0.5B for the 7B)."
+    )
 
 
 @dataclass

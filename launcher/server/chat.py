@@ -207,9 +207,8 @@ class ChatRun:
 
     generation: Generation
     tool_format: ToolFormat | None  # None: tool calls are not parsed
-    constrained: bool
-    thinking: ReplySplitter | None = None  # None: the model does not think apart from its answer
     grammar: Literal["lazy", "required", "none"] = "none"  # the call grammar the reply ran under
+    thinking: ReplySplitter | None = None  # None: the model does not think apart from its answer
     metrics: ModelMetrics | None = None  # where the calls are counted
 
     @property
@@ -269,7 +268,7 @@ class ChatRun:
             record.tool_calls += parsed
             record.calls_as_text += left_as_text
             record.tool_grammar = self.grammar if self.grammar != "none" else ""
-        if self.metrics is not None and self.metrics.name:
+        if self.metrics is not None:
             for outcome, count in (("parsed", parsed), ("left_as_text", left_as_text)):
                 if count:
                     self.metrics.tool_calls.labels(self.metrics.name, outcome, self.grammar).inc(count)
@@ -392,14 +391,14 @@ async def start_chat(slot: ModelSlot, options: ChatOptions) -> ChatRun:
     text, prompt = rendered.text, rendered.tokens
     constraint = options.settings.constraint
     tool_format: ToolFormat | None = None
-    constrained = lazy = False
+    grammar: Literal["lazy", "required", "none"] = "none"
     thinks = "<think>" in template.source
     opens_thinking = thinks and text.rstrip().endswith("<think>")
     if options.tools and options.tool_choice != "none":
         tool_format = template.tool_format
         if options.tool_choice != "auto":
             constraint, tool_format = tool_constraint(template.tool_format, _choice_tools(options))
-            constrained = True
+            grammar = "required"
         elif constraint is None and getattr(model, "lazy_constraints", False):
             # free text until the model starts a call; the call itself can only be well formed
             constraint = lazy_tool_constraint(
@@ -408,7 +407,7 @@ async def start_chat(slot: ModelSlot, options: ChatOptions) -> ChatRun:
                 parallel=options.parallel_tool_calls,
                 thinking="inside" if opens_thinking else "maybe" if thinks else "no",
             )
-            lazy = constraint is not None
+            grammar = "lazy" if constraint is not None else "none"
     if options.tools and options.tool_choice == "auto" and options.settings.constraint is not None:
         tool_format = None  # a JSON reply was asked for; do not read it as a call
     settings = replace(options.settings, constraint=constraint)
@@ -427,5 +426,4 @@ async def start_chat(slot: ModelSlot, options: ChatOptions) -> ChatRun:
         thinking = HarmonySplitter()  # gpt-oss: analysis/final channels, whatever tools the template offers
     elif free and thinks:
         thinking = ThinkSplitter(starts_inside=opens_thinking)
-    grammar: Literal["lazy", "required", "none"] = "required" if constrained else "lazy" if lazy else "none"
-    return ChatRun(generation, tool_format, constrained, thinking, grammar, slot.metrics)
+    return ChatRun(generation, tool_format, grammar, thinking, slot.metrics)

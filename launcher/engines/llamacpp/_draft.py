@@ -24,10 +24,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from launcher.core.errors import ModelFormatError
 from launcher.engines.llamacpp._batch import TokenBatch
 from launcher.engines.llamacpp._sampling import logits_row
-from launcher.engines.speculation import CATCH_UP_TOKENS, MIN_CONFIDENCE
+from launcher.engines.speculation import CATCH_UP_TOKENS, MIN_CONFIDENCE, kept_prefix, vocabulary_mismatch
 
 log = logging.getLogger("launcher.engines.llamacpp")
 
@@ -55,10 +54,7 @@ def check_same_vocabulary(llama_cpp: ModuleType, main_vocab: Any, draft_vocab: A
         elif any(_text(llama_cpp, main_vocab, t) != _text(llama_cpp, draft_vocab, t) for t in ids):
             problem = "its tokens spell different text"
     if problem:
-        raise ModelFormatError(
-            f"{draft_name} cannot draft for this model: {problem}. A draft model must share the served "
-            "model's vocabulary (a smaller model of the same family, e.g. Qwen2.5-Coder 0.5B for the 7B)."
-        )
+        raise vocabulary_mismatch(draft_name, problem)
 
 
 def _text(llama_cpp: ModuleType, vocab: Any, token: int) -> bytes:
@@ -133,14 +129,9 @@ class DraftModel:
         return {seq: np.array(tokens, dtype=np.int32) for seq, tokens in drafts.items() if tokens}
 
     def _sync(self, seq: int, history: npt.NDArray[np.int32], length: int) -> int:
-        """Drop what this sequence's draft KV holds beyond its common prefix with `history[:length]`;
-        return that prefix's length (less one when the whole history is held: its last token is read
-        again for the logits the first draft token comes from)."""
+        """Drop what this sequence's draft KV holds beyond what it keeps (`kept_prefix`); return that length."""
         held = self._n_held[seq]
-        n = min(held, length)
-        same = self._held[seq][:n] == history[:n]
-        common = n if bool(same.all()) else int(np.argmin(same))
-        common = min(common, length - 1)
+        common = kept_prefix(self._held[seq][:held], history, length)
         if common < held:
             if not self._ll.llama_memory_seq_rm(self._mem, seq, common, -1):
                 self._ll.llama_memory_seq_rm(self._mem, seq, -1, -1)

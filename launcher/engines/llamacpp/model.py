@@ -162,7 +162,7 @@ class LlamaCppModel:
 
     # ----- generation ------------------------------------------------------------------------
 
-    # Lazy constraints (`Constraint.trigger`: tool calls on `tool_choice: auto`) run on llama.cpp's
+    # Lazy constraints (`Constraint.triggers`: tool calls on `tool_choice: auto`) run on llama.cpp's
     # lazy grammar sampler.
     lazy_constraints = True
 

@@ -28,8 +28,7 @@ import numpy.typing as npt
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
-from launcher.core.errors import ModelFormatError
-from launcher.engines.speculation import CATCH_UP_TOKENS, MIN_CONFIDENCE
+from launcher.engines.speculation import CATCH_UP_TOKENS, MIN_CONFIDENCE, kept_prefix, vocabulary_mismatch
 
 log = logging.getLogger("launcher.engines.mlx")
 
@@ -53,16 +52,24 @@ def check_same_vocabulary(main_tokenizer: Any, draft_tokenizer: Any, draft_name:
         if main_tokenizer.convert_ids_to_tokens(ids) != draft_tokenizer.convert_ids_to_tokens(ids):
             problem = "its tokens spell different text"
     if problem:
-        raise ModelFormatError(
-            f"{draft_name} cannot draft for this model: {problem}. A draft model must share the served "
-            "model's vocabulary (a smaller model of the same family, e.g. Qwen2.5-Coder 0.5B for the 7B)."
-        )
+        raise vocabulary_mismatch(draft_name, problem)
 
 
 @dataclass(eq=False)
 class _Sequence:
     cache: list[Any]
-    held: list[int] = field(default_factory=list)  # the tokens whose KV `cache` holds
+    # held[:count]: the tokens whose KV `cache` holds (an array: compared with the history every step)
+    held: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(1024, dtype=np.int32))
+    count: int = 0
+
+    def append(self, tokens: list[int]) -> None:
+        end = self.count + len(tokens)
+        if end > len(self.held):
+            grown = np.zeros(max(end, 2 * len(self.held)), dtype=np.int32)
+            grown[: self.count] = self.held[: self.count]
+            self.held = grown
+        self.held[self.count : end] = tokens
+        self.count = end
 
 
 class MlxDraftModel:
@@ -117,26 +124,20 @@ class MlxDraftModel:
         self._sequences.pop(uid, None)
 
     def _sync(self, uid: int, history: npt.NDArray[np.int32], length: int) -> int:
-        """Trim what this sequence's cache holds beyond its common prefix with `history[:length]`; return
-        that prefix's length (less one when the whole history is held: its last token is read again for
-        the logits the first draft token comes from)."""
+        """Trim what this sequence's cache holds beyond what it keeps (`kept_prefix`); return that length."""
         sequence = self._sequences.get(uid)
         if sequence is None:
             sequence = self._sequences[uid] = _Sequence(make_prompt_cache(self._model))
-        held = sequence.held
-        n = min(len(held), length)
-        same = np.asarray(held[:n], dtype=np.int32) == history[:n]
-        common = n if bool(same.all()) else int(np.argmin(same))
-        common = min(common, length - 1)
-        if common < len(held):
-            trim_prompt_cache(sequence.cache, len(held) - common)
-            del held[common:]
+        common = kept_prefix(sequence.held[: sequence.count], history, length)
+        if common < sequence.count:
+            trim_prompt_cache(sequence.cache, sequence.count - common)
+            sequence.count = common
         return common
 
     def _forward(self, sequence: _Sequence, tokens: list[int]) -> Any:
         """Read `tokens` into the sequence's cache; the logits after the last one."""
         logits = self._model(mx.array([tokens], dtype=mx.int32), cache=sequence.cache)[0, -1]
-        sequence.held.extend(tokens)
+        sequence.append(tokens)
         return logits
 
     def _confident_token(self, logits: Any) -> int | None:

@@ -109,9 +109,9 @@ class Drafting:
         n = self.length
         return n >= NGRAM_MIN and (int(self.history[n - 2]) << 32 | int(self.history[n - 1])) in self.pairs
 
-    def draft(self, pending: int, limit: int) -> npt.NDArray[np.int32]:
-        """The n-gram draft after the history and `pending`, the token sampled last (see `catch_up`)."""
-        self.history[self.length] = pending
+    def draft(self, limit: int) -> npt.NDArray[np.int32]:
+        """The n-gram draft after the history and the token sampled last, which the caller wrote at
+        `history[length]` (`catch_up` leaves room for it)."""
         return ngram_draft(self.history, self.length + 1, limit)
 
 
@@ -366,7 +366,7 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]
                 continue
             row.catch_up(self.tokens[i])
             row.history[row.length] = pending[i]  # the history a draft continues ends with it
-            draft = row.draft(pending[i], limit) if row.mode != "draft" else _EMPTY
+            draft = row.draft(limit) if row.mode != "draft" else _EMPTY
             if len(draft):
                 offers.append((i, Offer(row.stats, draft, row.mode)))
             elif self.draft_model is not None and row.mode != "ngram":
