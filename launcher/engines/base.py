@@ -72,28 +72,52 @@ class ModelInfo:
 
 
 @dataclass(frozen=True)
+class CallShape:
+    """One tool's call as a model family writes it: literal text, the arguments, literal text.
+
+    `params` None: the arguments are one JSON object matching `schema` (DeepSeek's
+    `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>`, Kimi K2, gpt-oss). Otherwise the
+    arguments are written one property at a time, in the schema's order (optional ones may be left
+    out, required ones may not): `params[0]` with `{name}` replaced by the property's name, its value,
+    then `params[1]`. A string value is the raw text (anything that does not contain `params[1]`),
+    any other value is JSON matching the property's schema. Qwen3-Coder: ("<parameter={name}>\n",
+    "\n</parameter>\n"); GLM 4.5+: ("<arg_key>{name}</arg_key>\n<arg_value>", "</arg_value>\n").
+    """
+
+    prefix_text: str
+    schema: dict[str, Any]
+    suffix_text: str = ""
+    params: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
 class Constraint:
     """Constrained decoding requested by the server; each engine compiles it its own way.
 
     kind "json_schema": `schema` is a JSON Schema the output must match.
     kind "json_object": any JSON object.
     kind "regex" / "grammar_gbnf": raw grammars where an engine supports them.
+    kind "tool_calls": `prefix_text`, then one of `calls` (or, with `repeat`, one or more of them
+    separated by optional whitespace), then `suffix_text`. For families that name the tool outside
+    the arguments' JSON, or write the arguments as tagged parameters.
     `prefix_text`: literal text the output must start with before the constrained part
     (used for tool calls rendered as e.g. `<tool_call>{...}</tool_call>`).
-    `repeat`: prefix + constrained part + suffix once or more, whitespace between (parallel tool calls).
+    `repeat`: prefix + constrained part + suffix once or more, whitespace between (parallel tool calls);
+    for "tool_calls", the calls repeat between one prefix and one suffix.
     `triggers`: a lazy constraint (regular expressions; none: not lazy). Output is free until the text
     so far matches one; from the match (its first group, if it has one) on, the output must match the
     constraint. Tool calls on `tool_choice: auto`: the model may answer in words, and a call it starts
     is a well-formed call. Only engines whose models say `lazy_constraints` get one.
     """
 
-    kind: Literal["json_schema", "json_object", "regex", "grammar_gbnf"]
+    kind: Literal["json_schema", "json_object", "regex", "grammar_gbnf", "tool_calls"]
     schema: dict[str, Any] | None = None
     pattern: str | None = None
     prefix_text: str = ""
     suffix_text: str = ""
     repeat: bool = False
     triggers: tuple[str, ...] = ()
+    calls: tuple[CallShape, ...] = ()
 
 
 @dataclass(frozen=True)
