@@ -36,11 +36,32 @@ REPLY_MARKERS: tuple[str, ...] = (
     "[CALL_ID]",
     # Llama 3.1 built-in tool calls
     "<|python_tag|>",
-    # thinking and Hermes-style tool calls, where a tokenizer makes them control tokens
+    # thinking and Hermes-style tool calls (also Qwen3-Coder's and GLM's), where a tokenizer makes them
+    # control tokens
     "<think>",
     "</think>",
     "<tool_call>",
     "</tool_call>",
+    # GLM 4.5+ tagged arguments
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+    # DeepSeek V3 / R1 / V3.1 tool calls
+    "<｜tool▁calls▁begin｜>",
+    "<｜tool▁calls▁end｜>",
+    "<｜tool▁call▁begin｜>",
+    "<｜tool▁call▁end｜>",
+    "<｜tool▁sep｜>",
+    # Granite 3.x and Phi-4-mini tool calls
+    "<|tool_call|>",
+    "<|/tool_call|>",
+    # Kimi K2 tool calls
+    "<|tool_calls_section_begin|>",
+    "<|tool_calls_section_end|>",
+    "<|tool_call_begin|>",
+    "<|tool_call_argument_begin|>",
+    "<|tool_call_end|>",
 )
 """Special tokens that carry a reply's structure. An engine writes them into the generated text when
 the model emits them, because the server's reply parsers (reasoning, tool calls) read them there;

@@ -5,24 +5,51 @@ Hugging Face templates expect `messages`, `tools`, `add_generation_prompt`, `bos
 non-ASCII text. When a GGUF has no template we choose one from the architecture (and the EOS
 token, which tells llama-3 from llama-2/mistral vocabularies); when none applies, loading fails
 with a clear error instead of silently using a wrong format.
+
+Tools meet templates in four ways. Most describe the tools and write earlier calls in the
+model's own syntax: both go to the template as they are. Some write earlier calls but never
+show the tools (DeepSeek's): the tools, and a call as the template itself writes one, go into
+the system prompt. Some show the tools but drop earlier calls (Granite 3.3, Phi-4-mini): the
+calls go into the assistant's text in the model's syntax. A template with no tools at all
+(Gemma 3) gets our Hermes-style instructions, calls and results as text.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import string
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import SandboxedEnvironment
 
 from launcher.core.errors import ModelFormatError
 from launcher.engines.base import ModelInfo
 
-ToolFormat = Literal["hermes", "llama3", "mistral", "harmony"]
+ToolFormat = Literal[
+    "hermes",  # Qwen 2.5/3, Hermes, Granite 4: <tool_call>{"name", "arguments"}</tool_call>
+    "llama3",  # Llama 3.x: {"name", "parameters"}, bare or after <|python_tag|>
+    "mistral",  # [TOOL_CALLS][{...}] or [TOOL_CALLS]name[ARGS]{...}
+    "harmony",  # gpt-oss: <|channel|>commentary to=functions.NAME ... <|message|>{...}<|call|>
+    "qwen3_coder",  # Qwen3-Coder, Qwen3.5: <tool_call><function=NAME><parameter=P>value</parameter>...
+    "deepseek_r1",  # DeepSeek V3 / R1: <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME ```json {...} ```
+    "deepseek_v31",  # DeepSeek V3.1: <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}
+    "glm",  # GLM 4.5+: <tool_call>NAME<arg_key>k</arg_key><arg_value>v</arg_value></tool_call>
+    "granite",  # Granite 3.x: <|tool_call|>[{"name", "arguments"}, ...]
+    "phi4",  # Phi-4-mini: <|tool_call|>[{"name", "arguments"}, ...]<|/tool_call|>
+    "kimi_k2",  # Kimi K2: <|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{...}, in a section
+]
+
+CALL_LIST_WRAP: dict[ToolFormat, tuple[str, str]] = {
+    "granite": ("<|tool_call|>", ""),
+    "phi4": ("<|tool_call|>", "<|/tool_call|>"),
+}
+"""The families that write their calls as one JSON list between two markers: the markers."""
 
 
 class TemplateError(Exception):
@@ -97,25 +124,55 @@ def fallback_name(info: ModelInfo) -> str | None:
     return None
 
 
-def detect_tool_format(source: str) -> ToolFormat:
-    """The tool-call syntax a template teaches its model (hermes when we inject our own instructions)."""
+def _tool_family(source: str) -> ToolFormat | None:
+    """The call syntax a template's text names, or None when it names none.
+
+    Order matters where families share a tag: GLM and Qwen3-Coder write `<tool_call>` like
+    Hermes, so their own tags (`<arg_key>`, `<function=`) are looked for first."""
     if "[TOOL_CALLS]" in source:
         return "mistral"
     if "<|channel|>" in source and "to=functions" in source:
         return "harmony"
+    if "<|tool_calls_section_begin|>" in source:
+        return "kimi_k2"
+    if "<｜tool▁calls▁begin｜>" in source:
+        return "deepseek_r1" if "```json" in source else "deepseek_v31"
+    if "<arg_key>" in source:
+        return "glm"
+    if "<tool_call>" in source and "<function=" in source and "<parameter=" in source:
+        return "qwen3_coder"
     if "<tool_call>" in source:
         return "hermes"
+    if "<|tool_call|>" in source:
+        return "granite"
+    if "message['tools']" in source and "<|tool|>" in source:
+        return "phi4"  # tools ride on the system message; the model answers with <|tool_call|>
     if "<|python_tag|>" in source or ("<|start_header_id|>" in source and "parameters" in source):
         return "llama3"
-    return "hermes"
+    return None
+
+
+def detect_tool_format(source: str) -> ToolFormat:
+    """The tool-call syntax a template teaches its model (hermes when we inject our own instructions)."""
+    return _tool_family(source) or "hermes"
 
 
 def _raise_exception(message: str) -> None:
     raise TemplateError(message)
 
 
-def _tojson(value: Any, indent: int | None = None, separators: Any = None, sort_keys: bool = False) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys)
+def _listed(value: Any) -> Any:
+    """What `json` cannot write itself: the generators of Jinja filters (`tools | map(...)`) as lists."""
+    if isinstance(value, Iterable) and not isinstance(value, (str, bytes, dict)):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _tojson(value: Any, indent: int | None = None, separators: Any = None, sort_keys: bool = False, **_: Any) -> str:
+    # **_: templates pass Python's own options too (GLM's `tojson(ensure_ascii=False)`)
+    return json.dumps(
+        value, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys, default=_listed
+    )
 
 
 def _strftime_now(fmt: str) -> str:
@@ -138,6 +195,19 @@ For each function call, return a json object with function name and arguments wi
 </tool_call>"""
 
 
+TOOLS_LIST_PROMPT = """# Tools
+
+You may call one or more of these functions to assist with the user query:
+{tools}"""
+
+CALL_EXAMPLE_PROMPT = """
+
+A call is written like this example (a function name and its arguments):
+{example}"""
+"""For templates that write earlier calls but never show the tools: the tools, and a call as the template
+itself writes one (so the model sees its own syntax, not ours)."""
+
+
 @dataclass(frozen=True)
 class ChatTemplate:
     """A compiled chat template and what it can do."""
@@ -145,20 +215,30 @@ class ChatTemplate:
     source: str
     template: jinja2.Template
     fallback: str | None  # fallback family name, None for the model's own template
-    supports_tools: bool
+    supports_tools: bool  # tools and earlier calls go to the template (its own call syntax)
     supports_system: bool
     tool_format: ToolFormat
     bos_token: str
     eos_token: str
+    describes_tools: bool = True  # the template shows the tools (else TOOLS_LIST_PROMPT does)
+    renders_calls: bool = True  # the template writes earlier calls (else they join the assistant's text)
+    call_example: str = ""  # a call as the template writes it, for TOOLS_LIST_PROMPT
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
         """The prompt text for `messages` (OpenAI-shaped dicts), ending with the assistant's turn."""
         prepared = prepare_messages(self, messages, tools)
+        return self.render_prepared(prepared, tools if (tools and self.supports_tools) else None)
+
+    def render_prepared(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, add_generation_prompt: bool = True
+    ) -> str:
+        """The template over messages already in its shape. The template gets copies: the sandbox lets it
+        change lists it builds itself (Kimi K2's queue of call ids), so it must not reach ours."""
         try:
             return self.template.render(
-                messages=prepared,
-                tools=tools if (tools and self.supports_tools) else None,
-                add_generation_prompt=True,
+                messages=copy.deepcopy(messages),
+                tools=copy.deepcopy(tools),
+                add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
             )
@@ -170,9 +250,32 @@ class ChatTemplate:
             raise TemplateError(f"The model's chat template failed on this conversation: {err}") from err
 
 
+def _call_example(template: ChatTemplate) -> str:
+    """A call as `template` writes it in an earlier turn: what a conversation with one call adds to the
+    same conversation ending at the assistant's turn (its end-of-turn token taken off). Empty if the
+    template cannot show one."""
+    user = {"role": "user", "content": "Look it up."}
+    call = {"id": "call_0", "type": "function", "function": {"name": "function_name", "arguments": {"arg": "value"}}}
+    assistant = {"role": "assistant", "content": "", "tool_calls": [call]}
+    try:
+        before = template.render_prepared([user], None)
+        after = template.render_prepared([user, assistant], None, add_generation_prompt=False)
+    except TemplateError:
+        return ""
+    shared = 0
+    while shared < min(len(before), len(after)) and before[shared] == after[shared]:
+        shared += 1
+    example = after[shared:].strip()
+    if template.eos_token:
+        example = example.removesuffix(template.eos_token).strip()
+    return example if "function_name" in example else ""
+
+
 def load_template(info: ModelInfo) -> ChatTemplate:
     """The template for a loaded model; raises ModelFormatError when none fits."""
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    # Not the immutable sandbox: real templates append to lists of their own (Kimi K2). Python's
+    # internals stay out of reach, and `render_prepared` hands the template copies of our data.
+    env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -193,23 +296,43 @@ def load_template(info: ModelInfo) -> ChatTemplate:
         template = env.from_string(source)
     except jinja2.TemplateSyntaxError as err:
         raise ModelFormatError(f"The chat template in {info.path} is not valid Jinja: {err}") from err
-    supports_tools = fallback is None and "tools" in source and ("tool_call" in source or "tool" in source)
-    return ChatTemplate(
+    family = _tool_family(source)
+    describes_tools = fallback is None and "tools" in source
+    renders_calls = fallback is None and "tool_calls" in source
+    supports_tools = describes_tools or (renders_calls and family is not None)
+    chat_template = ChatTemplate(
         source=source,
         template=template,
         fallback=fallback,
         supports_tools=supports_tools,
         supports_system=supports_system,
-        tool_format=detect_tool_format(source) if supports_tools else "hermes",
+        tool_format=(family or "hermes") if supports_tools else "hermes",
         bos_token=info.bos_token or "",
         eos_token=info.eos_token or "",
+        describes_tools=describes_tools,
+        renders_calls=renders_calls,
     )
+    if supports_tools and not describes_tools:
+        chat_template = replace(chat_template, call_example=_call_example(chat_template))
+    return chat_template
 
 
 def _text_tool_call(call: dict[str, Any]) -> str:
     function = call.get("function", call)
     body = {"name": function.get("name"), "arguments": function.get("arguments", {})}
     return "<tool_call>\n" + json.dumps(body, ensure_ascii=False) + "\n</tool_call>"
+
+
+def _text_tool_calls(fmt: ToolFormat, calls: list[dict[str, Any]]) -> str:
+    """Earlier calls as text in the model's own syntax (Hermes-style where the family has no list form)."""
+    wrap = CALL_LIST_WRAP.get(fmt)
+    if wrap is None:
+        return "\n".join(_text_tool_call(call) for call in calls)
+    bodies = [
+        {"name": call.get("function", call).get("name"), "arguments": call.get("function", call).get("arguments", {})}
+        for call in calls
+    ]
+    return wrap[0] + json.dumps(bodies, ensure_ascii=False) + wrap[1]
 
 
 def _nine_char_id(call_id: str) -> str:
@@ -273,7 +396,7 @@ def prepare_messages(
     """
     out = fold_system_messages(messages)
     if template.supports_tools:
-        return _mistral_call_ids(out) if template.tool_format == "mistral" else out
+        return _native_tool_messages(template, out, tools)
     system_parts = [m["content"] or "" for m in out if m["role"] == "system"]
     if tools:
         lines = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
@@ -285,7 +408,7 @@ def prepare_messages(
             continue
         content = message.get("content") or ""
         if role == "assistant" and message.get("tool_calls"):
-            calls = "\n".join(_text_tool_call(call) for call in message["tool_calls"])
+            calls = _text_tool_calls("hermes", message["tool_calls"])
             content = f"{content}\n{calls}".strip()
             role = "assistant"
         elif role == "tool":
@@ -304,3 +427,44 @@ def prepare_messages(
         else:
             turns.insert(0, {"role": "user", "content": system})
     return turns
+
+
+def _with_system_text(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    """`text` at the end of the leading system message (one is added when there is none)."""
+    if messages and messages[0]["role"] == "system":
+        first = messages[0].get("content") or ""
+        return [{**messages[0], "content": f"{first}\n\n{text}" if first else text}, *messages[1:]]
+    return [{"role": "system", "content": text}, *messages]
+
+
+def _native_tool_messages(
+    template: ChatTemplate, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """The conversation for a template that knows its model's tool calls, with what it leaves out put in."""
+    fmt = template.tool_format
+    if fmt == "mistral":
+        messages = _mistral_call_ids(messages)
+    if not template.renders_calls:
+        messages = [
+            {
+                **m,
+                "content": "\n".join(p for p in (m.get("content") or "", _text_tool_calls(fmt, m["tool_calls"])) if p),
+            }
+            if m["role"] == "assistant" and m.get("tool_calls")
+            else m
+            for m in messages
+        ]
+        messages = [{k: v for k, v in m.items() if k != "tool_calls"} for m in messages]
+    if tools and fmt == "phi4":
+        # Phi-4-mini reads its tools from the system message's `tools` (a JSON list of functions)
+        if not messages or messages[0]["role"] != "system":
+            messages = [{"role": "system", "content": ""}, *messages]
+        listed = json.dumps([tool.get("function", tool) for tool in tools], ensure_ascii=False)
+        messages = [{**messages[0], "tools": listed}, *messages[1:]]
+    elif tools and not template.describes_tools:
+        lines = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
+        prompt = TOOLS_LIST_PROMPT.format(tools=lines)
+        if template.call_example:
+            prompt += CALL_EXAMPLE_PROMPT.format(example=template.call_example)
+        messages = _with_system_text(messages, prompt)
+    return messages

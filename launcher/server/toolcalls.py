@@ -1,14 +1,16 @@
 """Tool calls written by the model, parsed per model family, in one piece or while streaming.
 
-Families: hermes/qwen `<tool_call>{"name", "arguments"}</tool_call>`, llama 3.x JSON
-`{"name", "parameters"}` (bare at the start of the reply, or after `<|python_tag|>`), mistral
-`[TOOL_CALLS][{...}]` (and the newer `[TOOL_CALLS]name[ARGS]{...}`), gpt-oss harmony
-`<|channel|>commentary to=functions.NAME ... <|message|>{...}<|call|>`.
+Families (`ToolFormat` lists them with their syntax): JSON ones, where a call is a JSON object
+with the name inside (hermes/qwen, llama 3.x, mistral's list, granite's and phi-4's lists), and
+tagged ones, where literal text names the tool and holds its JSON arguments (mistral's
+`name[ARGS]`, harmony, DeepSeek, Kimi K2) or each argument in tags of its own (Qwen3-Coder's
+`<parameter=P>`, GLM's `<arg_key>`). A tagged argument is text: it becomes JSON where it reads
+as the type the tool's schema gives it, else it stays a string (the parser is given the tools).
 
 The streaming parser emits text as soon as it cannot be the start of a tool call. After a start
 marker it holds the text back only while it can still become a call: the body is checked as it
-grows (a JSON prefix, or the family's `name[ARGS]`/harmony header), and the moment it cannot be
-one the marker and the body are released as text. A model that writes `<tool_call>` and then
+grows (a JSON prefix, or the family's tags in their order), and the moment it cannot be one the
+marker and the body are released as text. A model that writes `<tool_call>` and then
 prose therefore keeps streaming, instead of going silent until the reply ends.
 """
 
@@ -20,9 +22,9 @@ import secrets
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from launcher.engines.base import Constraint
+from launcher.engines.base import CallShape, Constraint
 from launcher.server.json_prefix import is_json_prefix
-from launcher.server.templates import ToolFormat
+from launcher.server.templates import CALL_LIST_WRAP, ToolFormat
 
 
 @dataclass(frozen=True)
@@ -43,12 +45,26 @@ class TextPiece:
 
 ParserEvent = TextPiece | ParsedToolCall
 
+# DeepSeek's and Kimi K2's calls: a section holding one or more calls, each between two tags
+_DEEPSEEK_SECTION = ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")
+_DEEPSEEK_CALL = ("<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>")
+_KIMI_SECTION = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>")
+_KIMI_CALL = ("<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>")
+
 # start marker -> end marker (None: the call runs to the end of the reply)
 _MARKERS: dict[ToolFormat, dict[str, str | None]] = {
     "hermes": {"<tool_call>": "</tool_call>"},
     "llama3": {"<|python_tag|>": None},
     "mistral": {"[TOOL_CALLS]": None},
     "harmony": {"<|channel|>commentary to=functions.": "<|call|>"},
+    "qwen3_coder": {"<tool_call>": "</tool_call>"},
+    "glm": {"<tool_call>": "</tool_call>"},
+    "deepseek_r1": {_DEEPSEEK_SECTION[0]: _DEEPSEEK_SECTION[1]},
+    "deepseek_v31": {_DEEPSEEK_SECTION[0]: _DEEPSEEK_SECTION[1]},
+    # Granite 3.x writes no end marker (its list runs to the end of the reply); Phi-4-mini does.
+    "granite": {CALL_LIST_WRAP["granite"][0]: CALL_LIST_WRAP["phi4"][1]},
+    "phi4": {CALL_LIST_WRAP["phi4"][0]: CALL_LIST_WRAP["phi4"][1]},
+    "kimi_k2": {_KIMI_SECTION[0]: _KIMI_SECTION[1]},
 }
 
 
@@ -132,16 +148,292 @@ def _json_calls_state(body: str, end: str | None) -> tuple[BodyState, int]:
         complete_end, found = position, True
 
 
+# --- Tagged families: literal tags around the name and the arguments, read by a small scanner.
+
+
+class _Partial(Exception):
+    """The text ran out where a call could still go on."""
+
+
+class _Mismatch(Exception):
+    """The text cannot be a call from here on."""
+
+
+_WHITESPACE = " \t\r\n"
+_NAME_CHARS = re.compile(r"[^\s<>\"'\\`{}]*")  # a tool or parameter name: no tags, quotes or JSON
+_NAME_MAX = 256  # chat.py refuses longer tool names
+
+
+class _Scanner:
+    """Reads a call body in order; raises _Partial at the end of a text that may still become a call
+    and _Mismatch where it cannot. Keeps the calls read so far and where the last one ended."""
+
+    def __init__(self, text: str, tools: list[dict[str, Any]] | None) -> None:
+        self.text, self.pos, self.tools = text, 0, tools
+        self.calls: list[ParsedToolCall] = []
+        self.complete_end = 0
+
+    def at_end(self) -> bool:
+        return self.pos >= len(self.text)
+
+    def space(self) -> None:
+        while self.pos < len(self.text) and self.text[self.pos] in _WHITESPACE:
+            self.pos += 1
+
+    def literal(self, literal: str) -> None:
+        piece = self.text[self.pos : self.pos + len(literal)]
+        if piece == literal:
+            self.pos += len(literal)
+        elif literal.startswith(piece):
+            raise _Partial
+        else:
+            raise _Mismatch
+
+    def either(self, *literals: str) -> str:
+        """Which of `literals` comes next (consumed)."""
+        rest = self.text[self.pos :]
+        for literal in literals:
+            if rest.startswith(literal):
+                self.pos += len(literal)
+                return literal
+        if any(literal.startswith(rest) for literal in literals):
+            raise _Partial
+        raise _Mismatch
+
+    def name(self) -> str:
+        """A name: the longest run of name characters (at least one)."""
+        match = _NAME_CHARS.match(self.text, self.pos)
+        assert match is not None  # the pattern matches the empty string
+        found = match.group()
+        if len(found) > _NAME_MAX:
+            raise _Mismatch
+        if not found:
+            raise _Partial if self.at_end() else _Mismatch
+        self.pos = match.end()
+        return found
+
+    def upto(self, stop: str, *, name: bool = False) -> str:
+        """The text before `stop` (both consumed); with `name`, it must be a name."""
+        index = self.text.find(stop, self.pos)
+        if index < 0:
+            tail = self.text[self.pos :]
+            if name and (len(tail) > _NAME_MAX + len(stop) or not _NAME_CHARS.fullmatch(_without_partial(tail, stop))):
+                raise _Mismatch
+            raise _Partial
+        value = self.text[self.pos : index]
+        if name and (not value or len(value) > _NAME_MAX or not _NAME_CHARS.fullmatch(value)):
+            raise _Mismatch
+        self.pos = index + len(stop)
+        return value
+
+    def json_object(self) -> dict[str, Any]:
+        self.space()
+        rest = self.text[self.pos :]
+        if not rest:
+            raise _Partial
+        if rest[0] != "{":
+            raise _Mismatch
+        try:
+            value, self.pos = _DECODER.raw_decode(self.text, self.pos)
+        except json.JSONDecodeError:
+            raise _Partial if is_json_prefix(rest) else _Mismatch from None
+        return value  # type: ignore[no-any-return]
+
+    def add_call(self, name: str, arguments: dict[str, Any]) -> None:
+        self.calls.append(ParsedToolCall(name=name, arguments=json.dumps(arguments, ensure_ascii=False)))
+        self.complete_end = self.pos
+
+    def typed(self, tool: str, parameter: str, raw: str) -> Any:
+        return _typed_value(raw, _tool_properties(self.tools, tool).get(parameter))
+
+
+def _without_partial(text: str, marker: str) -> str:
+    """`text` without a start of `marker` at its end (the rest of the marker may still come)."""
+    for size in range(min(len(marker) - 1, len(text)), 0, -1):
+        if text.endswith(marker[:size]):
+            return text[:-size]
+    return text
+
+
+def _tool_properties(tools: list[dict[str, Any]] | None, name: str) -> dict[str, Any]:
+    for tool in tools or ():
+        function = tool.get("function", tool)
+        if isinstance(function, dict) and function.get("name") == name:
+            properties = (function.get("parameters") or {}).get("properties")
+            return properties if isinstance(properties, dict) else {}
+    return {}
+
+
+def _schema_types(schema: Any) -> set[str]:
+    """The JSON types a property's schema allows (empty: not said)."""
+    if not isinstance(schema, dict):
+        return set()
+    declared = schema.get("type")
+    types = (
+        {declared}
+        if isinstance(declared, str)
+        else {t for t in declared if isinstance(t, str)}
+        if isinstance(declared, list)
+        else set()
+    )
+    for key in ("anyOf", "oneOf"):
+        for option in schema.get(key) or ():
+            types |= _schema_types(option)
+    return types
+
+
+def _is_type(value: Any, types: set[str]) -> bool:
+    checks = {
+        "string": lambda v: isinstance(v, str),
+        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        "boolean": lambda v: isinstance(v, bool),
+        "object": lambda v: isinstance(v, dict),
+        "array": lambda v: isinstance(v, list),
+        "null": lambda v: v is None,
+    }
+    return any(checks[t](value) for t in types if t in checks)
+
+
+def _typed_value(raw: str, schema: Any) -> Any:
+    """A tagged argument's value: JSON where it reads as a type the schema allows, else the text itself.
+    Without a schema, JSON where it reads as JSON (`2` is a number, `Paris` a string)."""
+    types = _schema_types(schema)
+    if types == {"string"}:
+        return raw
+    try:
+        value = _DECODER.decode(raw.strip())
+    except json.JSONDecodeError:
+        return raw
+    return value if not types or _is_type(value, types) else raw
+
+
+def _read_qwen3_coder(scan: _Scanner) -> None:
+    """`<function=NAME>` then `<parameter=P>\\nVALUE\\n</parameter>` for each argument, `</function>`."""
+    scan.space()
+    scan.literal("<function=")
+    name = scan.upto(">", name=True)
+    arguments: dict[str, Any] = {}
+    while True:
+        scan.space()
+        if scan.either("<parameter=", "</function>") == "</function>":
+            break
+        parameter = scan.upto(">", name=True)
+        raw = scan.upto("</parameter>")
+        # the template writes the value between two newlines; they are not part of it
+        raw = raw.removeprefix("\n").removesuffix("\n")
+        arguments[parameter] = scan.typed(name, parameter, raw)
+    scan.add_call(name, arguments)
+    scan.space()
+    if not scan.at_end():
+        raise _Mismatch  # the call is whole; what follows inside the marker is not
+
+
+def _read_glm(scan: _Scanner) -> None:
+    """NAME, then `<arg_key>K</arg_key><arg_value>V</arg_value>` for each argument. Only the end marker
+    ends the call (nothing in it closes the last argument list), so a call is whole only at the end."""
+    scan.space()
+    name = scan.name()
+    arguments: dict[str, Any] = {}
+    while True:
+        scan.space()
+        if scan.at_end():
+            scan.add_call(name, arguments)
+            return
+        scan.literal("<arg_key>")
+        key = scan.upto("</arg_key>", name=True)
+        scan.space()
+        scan.literal("<arg_value>")
+        arguments[key] = scan.typed(name, key, scan.upto("</arg_value>"))
+
+
+def _read_deepseek(scan: _Scanner) -> None:
+    """Calls, each `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>` (V3.1) or
+    `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\\n```json\\n{...}\\n```<｜tool▁call▁end｜>` (V3, R1)."""
+    begin, separator, end = _DEEPSEEK_CALL
+    while True:
+        scan.space()
+        if scan.at_end():
+            return
+        scan.literal(begin)
+        head = scan.upto(separator, name=True)
+        scan.space()
+        if scan.at_end():
+            raise _Partial
+        if scan.text[scan.pos] == "{":
+            name, arguments = head, scan.json_object()
+        else:
+            name = scan.name()
+            scan.space()
+            scan.literal("```json")
+            arguments = scan.json_object()
+            scan.space()
+            scan.literal("```")
+        scan.space()
+        scan.literal(end)
+        scan.add_call(name, arguments)
+
+
+_KIMI_ID = re.compile(r"(?:functions\.)?(.+?)(?::\d+)?")
+
+
+def _read_kimi_k2(scan: _Scanner) -> None:
+    """Calls, each `<|tool_call_begin|>functions.NAME:INDEX<|tool_call_argument_begin|>{...}<|tool_call_end|>`."""
+    begin, separator, end = _KIMI_CALL
+    while True:
+        scan.space()
+        if scan.at_end():
+            return
+        scan.literal(begin)
+        call_id = scan.upto(separator, name=True)
+        match = _KIMI_ID.fullmatch(call_id.strip())
+        if match is None:
+            raise _Mismatch
+        arguments = scan.json_object()
+        scan.space()
+        scan.literal(end)
+        scan.add_call(match.group(1), arguments)
+
+
+_TAGGED_READERS = {
+    "qwen3_coder": _read_qwen3_coder,
+    "glm": _read_glm,
+    "deepseek_r1": _read_deepseek,
+    "deepseek_v31": _read_deepseek,
+    "kimi_k2": _read_kimi_k2,
+}
+
+
+def _tagged_calls(
+    fmt: ToolFormat, body: str, end: str | None, tools: list[dict[str, Any]] | None
+) -> tuple[BodyState | Literal["whole"], list[ParsedToolCall], int]:
+    """A tagged family's body read: whether it is whole, may still become calls, or went wrong after
+    (or before) some whole calls; the calls read, and where the last one ended."""
+    scan = _Scanner(_without_partial(body, end) if end else body, tools)
+    try:
+        _TAGGED_READERS[fmt](scan)
+    except _Partial:
+        return "possible", scan.calls, scan.complete_end
+    except _Mismatch:
+        return ("calls_then_text" if scan.calls else "impossible"), scan.calls, scan.complete_end
+    return "whole", scan.calls, len(body)
+
+
 _MISTRAL_NAME = re.compile(r"\s*[\w.\-]+")
 _HARMONY_NAME = re.compile(r"[\w.\-]+")
 _HARMONY_HEADER_MAX = 160  # `NAME <|constrain|>json` before <|message|>: a few dozen characters
 
 
-def _body_state(fmt: ToolFormat, body: str, end: str | None) -> tuple[BodyState, int]:
+def _body_state(
+    fmt: ToolFormat, body: str, end: str | None, tools: list[dict[str, Any]] | None = None
+) -> tuple[BodyState, int]:
     """Can `body` (the text after a start marker, without its end marker) still become a call?
 
-    Also where the complete calls end, for "calls_then_text" (JSON bodies only; 0 otherwise).
+    Also where the complete calls end, for "calls_then_text" (0 otherwise).
     """
+    if fmt in _TAGGED_READERS:
+        state, _, calls_end = _tagged_calls(fmt, body, end, tools)
+        return ("possible" if state == "whole" else state), calls_end
     if fmt == "harmony":
         head, marker, args = body.partition("<|message|>")
         if not marker:
@@ -168,8 +460,14 @@ def _body_state(fmt: ToolFormat, body: str, end: str | None) -> tuple[BodyState,
     return _json_calls_state(body, end)
 
 
-def parse_call_body(fmt: ToolFormat, body: str) -> list[ParsedToolCall] | None:
-    """Calls inside one tool-call region (after the start marker), or None if it does not parse."""
+def parse_call_body(
+    fmt: ToolFormat, body: str, tools: list[dict[str, Any]] | None = None
+) -> list[ParsedToolCall] | None:
+    """Calls inside one tool-call region (after the start marker), or None if it does not parse.
+    `tools` (the request's) type the arguments of families that write them as tagged text."""
+    if fmt in _TAGGED_READERS:
+        state, calls, _ = _tagged_calls(fmt, body, None, tools)
+        return calls if state == "whole" and calls else None
     if fmt == "harmony":
         match = re.match(r"\s*([\w.\-]+)(.*?)<\|message\|>(.*)$", body, re.S)
         if not match:
@@ -195,21 +493,28 @@ def parse_call_body(fmt: ToolFormat, body: str) -> list[ParsedToolCall] | None:
     return calls
 
 
-def parse_tool_calls(fmt: ToolFormat, text: str) -> tuple[str, list[ParsedToolCall]]:
-    """Split a whole reply into text content and tool calls."""
-    parser = StreamingToolParser(fmt)
+def parse_tool_calls(
+    fmt: ToolFormat, text: str, tools: list[dict[str, Any]] | None = None
+) -> tuple[str, list[ParsedToolCall]]:
+    """Split a whole reply into text content and tool calls (`tools`: as for `StreamingToolParser`)."""
+    parser = StreamingToolParser(fmt, tools)
     events = parser.feed(text) + parser.finish()
     content = "".join(e.text for e in events if isinstance(e, TextPiece))
     return content, [e for e in events if isinstance(e, ParsedToolCall)]
 
 
 class StreamingToolParser:
-    """Turns streamed model text into text pieces and complete tool calls."""
+    """Turns streamed model text into text pieces and complete tool calls.
 
-    def __init__(self, fmt: ToolFormat) -> None:
+    `tools`: the request's tools, which say what type each argument of a tagged family is (without
+    them, an argument is JSON where it reads as JSON)."""
+
+    def __init__(self, fmt: ToolFormat, tools: list[dict[str, Any]] | None = None) -> None:
         self.fmt = fmt
+        self.tools = tools
         self.markers = _MARKERS[fmt]
         self.buffer = ""
+        self.in_call_start = ""  # start marker of the open call
         self.in_call_end: str | None = None  # end marker of the open call
         self.in_call = False
         self.seen_text = False  # llama 3 bare JSON only counts at the very start
@@ -235,7 +540,7 @@ class StreamingToolParser:
                 end = self.in_call_end
                 if end is not None and end in self.buffer:
                     body, _, rest = self.buffer.partition(end)
-                    if _body_state(self.fmt, body, None)[0] != "impossible":
+                    if _body_state(self.fmt, body, None, self.tools)[0] != "impossible":
                         self.buffer, self.in_call = rest, False
                         events.extend(self._close_call(body, end))
                         continue
@@ -251,7 +556,7 @@ class StreamingToolParser:
                     # hold a real call further on).
                     self.left_as_text += 1
                     if not self._bare_json:
-                        events.append(TextPiece(next(iter(self.markers))))
+                        events.append(TextPiece(self.in_call_start))
                     continue
                 # Complete calls, then the model went on writing without the end marker.
                 body, self.buffer = self.buffer[:calls_end], self.buffer[calls_end:]
@@ -272,7 +577,7 @@ class StreamingToolParser:
                     events.append(TextPiece(self.buffer[:index]))
                 self.seen_text = True
                 self.buffer = self.buffer[index + len(marker) :]
-                self.in_call, self.in_call_end = True, self.markers[marker]
+                self.in_call, self.in_call_start, self.in_call_end = True, marker, self.markers[marker]
                 self._bare_json, self._checked_size = False, 0
                 continue
             hold = self._longest_marker_prefix(self.buffer)
@@ -294,18 +599,17 @@ class StreamingToolParser:
         if size - self._checked_size < max(1, size // 32):
             return "possible", 0
         self._checked_size = size
-        return _body_state(self.fmt, self.buffer, self.in_call_end)
+        return _body_state(self.fmt, self.buffer, self.in_call_end, self.tools)
 
     def _close_call(self, body: str, end: str | None) -> list[ParserEvent]:
-        calls = parse_call_body(self.fmt, body)
+        calls = parse_call_body(self.fmt, body, self.tools)
         if calls is not None:
             return list(calls)
         # Not a call after all: give the client the text the model wrote.
         self.left_as_text += 1
         if self._bare_json:
             return [TextPiece(body)]
-        start = next(iter(self.markers))
-        return [TextPiece(start + body + (end or ""))]
+        return [TextPiece(self.in_call_start + body + (end or ""))]
 
     def finish(self) -> list[ParserEvent]:
         """Flush at the end of generation (an unterminated call is parsed as it stands)."""
@@ -335,9 +639,49 @@ def _call_schema(fmt: ToolFormat, name: str, parameters: dict[str, Any] | None) 
     }
 
 
-_CALL_MARKERS: dict[ToolFormat, str] = {"hermes": "<tool_call>", "mistral": "[TOOL_CALLS]"}
+_CALL_MARKERS: dict[ToolFormat, str] = {
+    fmt: next(iter(markers)) for fmt, markers in _MARKERS.items() if fmt not in ("llama3", "harmony")
+}
 """The text that starts a call, for the formats whose calls have one (llama3's bare JSON and harmony's
 channels have none a lazy grammar can wait for: their calls are parsed, not constrained)."""
+
+
+def _call_shape(fmt: ToolFormat, name: str, schema: dict[str, Any]) -> CallShape:
+    """One tool's call as `fmt` writes it, in the spacing of the family's template."""
+    if fmt == "qwen3_coder":
+        return CallShape(
+            f"<tool_call>\n<function={name}>\n",
+            schema,
+            "</function>\n</tool_call>",
+            params=("<parameter={name}>\n", "\n</parameter>\n"),
+        )
+    if fmt == "glm":
+        return CallShape(
+            f"<tool_call>{name}\n",
+            schema,
+            "</tool_call>",
+            params=("<arg_key>{name}</arg_key>\n<arg_value>", "</arg_value>\n"),
+        )
+    if fmt == "deepseek_r1":
+        begin, separator, end = _DEEPSEEK_CALL
+        return CallShape(f"{begin}function{separator}{name}\n```json\n", schema, f"\n```{end}")
+    if fmt == "deepseek_v31":
+        begin, separator, end = _DEEPSEEK_CALL
+        return CallShape(f"{begin}{name}{separator}", schema, end)
+    if fmt == "kimi_k2":
+        # The template numbers calls across the conversation (`:0`, `:1`, ...); a literal can only say one
+        # number, and the parser does not read it.
+        begin, separator, end = _KIMI_CALL
+        return CallShape(f"{begin}functions.{name}:0{separator}", schema, end)
+    raise ValueError(f"{fmt} calls are JSON, not tagged")
+
+
+_SECTIONS: dict[ToolFormat, tuple[str, str]] = {
+    "deepseek_r1": _DEEPSEEK_SECTION,
+    "deepseek_v31": _DEEPSEEK_SECTION,
+    "kimi_k2": _KIMI_SECTION,
+}
+"""The families whose calls sit in one section: its opening and closing text."""
 
 
 def _regex_literal(text: str) -> str:
@@ -368,26 +712,35 @@ def lazy_tool_constraint(
         "inside": (after_thinking,),
     }[thinking]
     constraint, _ = tool_constraint(fmt, tools, parallel=parallel)
-    return replace(constraint, triggers=triggers, repeat=parallel and fmt == "hermes")
+    return replace(constraint, triggers=triggers, repeat=constraint.repeat or (parallel and fmt == "hermes"))
 
 
 def tool_constraint(
     fmt: ToolFormat, tools: list[dict[str, Any]], *, parallel: bool = False
 ) -> tuple[Constraint, ToolFormat]:
-    """A grammar constraint forcing exactly one call to one of `tools` (one or more in mistral's array
-    when `parallel`), and the format it produces.
+    """A grammar constraint forcing exactly one call to one of `tools` (one or more when `parallel`, in
+    the families that write several calls in a list or a section, or one after another), and the
+    format it produces.
 
     harmony is constrained in hermes form (its call header names the tool before the JSON).
     """
     if fmt == "harmony":
         fmt = "hermes"
+    if fmt in _TAGGED_READERS:
+        shapes = tuple(
+            _call_shape(fmt, t["function"]["name"], t["function"].get("parameters") or {"type": "object"})
+            for t in tools
+        )
+        prefix, suffix = _SECTIONS.get(fmt, ("", ""))
+        return Constraint(kind="tool_calls", calls=shapes, prefix_text=prefix, suffix_text=suffix, repeat=parallel), fmt
     schemas = [_call_schema(fmt, t["function"]["name"], t["function"].get("parameters")) for t in tools]
     schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
     if fmt == "hermes":
         return Constraint(
             kind="json_schema", schema=schema, prefix_text="<tool_call>\n", suffix_text="\n</tool_call>"
         ), fmt
-    if fmt == "mistral":
+    if fmt == "mistral" or fmt in CALL_LIST_WRAP:
         array = {"type": "array", "items": schema, "minItems": 1, **({} if parallel else {"maxItems": 1})}
-        return Constraint(kind="json_schema", schema=array, prefix_text="[TOOL_CALLS]"), fmt
+        prefix, suffix = CALL_LIST_WRAP.get(fmt, ("[TOOL_CALLS]", ""))
+        return Constraint(kind="json_schema", schema=array, prefix_text=prefix, suffix_text=suffix), fmt
     return Constraint(kind="json_schema", schema=schema), fmt
