@@ -131,8 +131,8 @@ def _tool_family(source: str) -> ToolFormat | None:
     Hermes, so their own tags (`<arg_key>`, `<function=`) are looked for first."""
     if "[TOOL_CALLS]" in source:
         return "mistral"
-    if "<|channel|>" in source and "to=functions" in source:
-        return "harmony"
+    if "<|channel|>" in source:
+        return "harmony"  # gpt-oss's template writes `to=` and `functions.NAME` apart
     if "<|tool_calls_section_begin|>" in source:
         return "kimi_k2"
     if "<｜tool▁calls▁begin｜>" in source:
@@ -223,6 +223,7 @@ class ChatTemplate:
     describes_tools: bool = True  # the template shows the tools (else TOOLS_LIST_PROMPT does)
     renders_calls: bool = True  # the template writes earlier calls (else they join the assistant's text)
     call_example: str = ""  # a call as the template writes it, for TOOLS_LIST_PROMPT
+    string_arguments: bool = False  # earlier calls' arguments as JSON text (the template adds them to text)
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
         """The prompt text for `messages` (OpenAI-shaped dicts), ending with the assistant's turn."""
@@ -250,21 +251,47 @@ class ChatTemplate:
             raise TemplateError(f"The model's chat template failed on this conversation: {err}") from err
 
 
+_EXAMPLE_USER = {"role": "user", "content": "Look it up."}
+
+
+def _example_call(arguments: Any) -> dict[str, Any]:
+    call = {"id": "call_0", "type": "function", "function": {"name": "function_name", "arguments": arguments}}
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+
+def _takes_string_arguments(template: ChatTemplate) -> bool:
+    """Whether the template needs a call's arguments as JSON text: some add them to a string
+    (DeepSeek-R1-Distill-Llama's `'\\n' + tool['function']['arguments']`) and fail on an object."""
+    try:
+        template.render_prepared([_EXAMPLE_USER, _example_call({"arg": "value"})], None, add_generation_prompt=False)
+        return False
+    except TemplateError:
+        pass
+    try:
+        template.render_prepared([_EXAMPLE_USER, _example_call('{"arg": "value"}')], None, add_generation_prompt=False)
+        return True
+    except TemplateError:
+        return False
+
+
 def _call_example(template: ChatTemplate) -> str:
     """A call as `template` writes it in an earlier turn: what a conversation with one call adds to the
     same conversation ending at the assistant's turn (its end-of-turn token taken off). Empty if the
     template cannot show one."""
-    user = {"role": "user", "content": "Look it up."}
-    call = {"id": "call_0", "type": "function", "function": {"name": "function_name", "arguments": {"arg": "value"}}}
-    assistant = {"role": "assistant", "content": "", "tool_calls": [call]}
+    arguments: Any = '{"arg": "value"}' if template.string_arguments else {"arg": "value"}
     try:
-        before = template.render_prepared([user], None)
-        after = template.render_prepared([user, assistant], None, add_generation_prompt=False)
+        before = template.render_prepared([_EXAMPLE_USER], None)
+        after = template.render_prepared([_EXAMPLE_USER, _example_call(arguments)], None, add_generation_prompt=False)
     except TemplateError:
         return ""
     shared = 0
     while shared < min(len(before), len(after)) and before[shared] == after[shared]:
         shared += 1
+    # the two may share the first character of different tags (`<｜Assistant｜><think>` and
+    # `<｜Assistant｜><｜tool▁calls▁begin｜>`): the example starts at its tag's start
+    opened = max(after.rfind("<", 0, shared), after.rfind("[", 0, shared))
+    if opened > max(after.rfind(">", 0, shared), after.rfind("]", 0, shared)):
+        shared = opened
     example = after[shared:].strip()
     if template.eos_token:
         example = example.removesuffix(template.eos_token).strip()
@@ -312,6 +339,8 @@ def load_template(info: ModelInfo) -> ChatTemplate:
         describes_tools=describes_tools,
         renders_calls=renders_calls,
     )
+    if renders_calls:
+        chat_template = replace(chat_template, string_arguments=_takes_string_arguments(chat_template))
     if supports_tools and not describes_tools:
         chat_template = replace(chat_template, call_example=_call_example(chat_template))
     return chat_template
@@ -437,6 +466,14 @@ def _with_system_text(messages: list[dict[str, Any]], text: str) -> list[dict[st
     return [{"role": "system", "content": text}, *messages]
 
 
+def _with_string_arguments(call: dict[str, Any]) -> dict[str, Any]:
+    function = call.get("function")
+    if not isinstance(function, dict) or isinstance(function.get("arguments"), str):
+        return call
+    arguments = json.dumps(function.get("arguments") or {}, ensure_ascii=False)
+    return {**call, "function": {**function, "arguments": arguments}}
+
+
 def _native_tool_messages(
     template: ChatTemplate, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
 ) -> list[dict[str, Any]]:
@@ -444,6 +481,13 @@ def _native_tool_messages(
     fmt = template.tool_format
     if fmt == "mistral":
         messages = _mistral_call_ids(messages)
+    if template.string_arguments:
+        messages = [
+            {**m, "tool_calls": [_with_string_arguments(call) for call in m["tool_calls"]]}
+            if m.get("tool_calls")
+            else m
+            for m in messages
+        ]
     if not template.renders_calls:
         messages = [
             {
