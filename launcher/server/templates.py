@@ -224,6 +224,7 @@ class ChatTemplate:
     renders_calls: bool = True  # the template writes earlier calls (else they join the assistant's text)
     call_example: str = ""  # a call as the template writes it, for TOOLS_LIST_PROMPT
     string_arguments: bool = False  # earlier calls' arguments as JSON text (the template adds them to text)
+    null_call_content: bool = False  # a call's empty text as None (the template writes calls only then)
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
         """The prompt text for `messages` (OpenAI-shaped dicts), ending with the assistant's turn."""
@@ -254,24 +255,26 @@ class ChatTemplate:
 _EXAMPLE_USER = {"role": "user", "content": "Look it up."}
 
 
-def _example_call(arguments: Any) -> dict[str, Any]:
+def _example_call(arguments: Any, content: str | None) -> dict[str, Any]:
     call = {"id": "call_0", "type": "function", "function": {"name": "function_name", "arguments": arguments}}
-    return {"role": "assistant", "content": None, "tool_calls": [call]}
+    return {"role": "assistant", "content": content, "tool_calls": [call]}
 
 
-def _takes_string_arguments(template: ChatTemplate) -> bool:
-    """Whether the template needs a call's arguments as JSON text: some add them to a string
-    (DeepSeek-R1-Distill-Llama's `'\\n' + tool['function']['arguments']`) and fail on an object."""
-    try:
-        template.render_prepared([_EXAMPLE_USER, _example_call({"arg": "value"})], None, add_generation_prompt=False)
-        return False
-    except TemplateError:
-        pass
-    try:
-        template.render_prepared([_EXAMPLE_USER, _example_call('{"arg": "value"}')], None, add_generation_prompt=False)
-        return True
-    except TemplateError:
-        return False
+def _call_message_shape(template: ChatTemplate) -> tuple[bool, bool]:
+    """How an earlier call must reach the template for it to write the call: (arguments as JSON text,
+    empty text as None). Most take the arguments as an object and the text as a string; some add the
+    arguments to text (DeepSeek-R1-Distill-Llama's `'\\n' + tool['function']['arguments']`) or write
+    calls only for a message whose content is None. (False, False) when no shape shows the call."""
+    for string_arguments, null_content in ((False, False), (True, False), (False, True), (True, True)):
+        arguments: Any = '{"arg": "value"}' if string_arguments else {"arg": "value"}
+        call = _example_call(arguments, None if null_content else "")
+        try:
+            text = template.render_prepared([_EXAMPLE_USER, call], None, add_generation_prompt=False)
+        except TemplateError:
+            continue
+        if "function_name" in text:
+            return string_arguments, null_content
+    return False, False
 
 
 def _call_example(template: ChatTemplate) -> str:
@@ -279,9 +282,10 @@ def _call_example(template: ChatTemplate) -> str:
     same conversation ending at the assistant's turn (its end-of-turn token taken off). Empty if the
     template cannot show one."""
     arguments: Any = '{"arg": "value"}' if template.string_arguments else {"arg": "value"}
+    call = _example_call(arguments, None if template.null_call_content else "")
     try:
         before = template.render_prepared([_EXAMPLE_USER], None)
-        after = template.render_prepared([_EXAMPLE_USER, _example_call(arguments)], None, add_generation_prompt=False)
+        after = template.render_prepared([_EXAMPLE_USER, call], None, add_generation_prompt=False)
     except TemplateError:
         return ""
     shared = 0
@@ -340,7 +344,8 @@ def load_template(info: ModelInfo) -> ChatTemplate:
         renders_calls=renders_calls,
     )
     if renders_calls:
-        chat_template = replace(chat_template, string_arguments=_takes_string_arguments(chat_template))
+        string_arguments, null_content = _call_message_shape(chat_template)
+        chat_template = replace(chat_template, string_arguments=string_arguments, null_call_content=null_content)
     if supports_tools and not describes_tools:
         chat_template = replace(chat_template, call_example=_call_example(chat_template))
     return chat_template
@@ -481,6 +486,8 @@ def _native_tool_messages(
     fmt = template.tool_format
     if fmt == "mistral":
         messages = _mistral_call_ids(messages)
+    if template.null_call_content:
+        messages = [{**m, "content": m.get("content") or None} if m.get("tool_calls") else m for m in messages]
     if template.string_arguments:
         messages = [
             {**m, "tool_calls": [_with_string_arguments(call) for call in m["tool_calls"]]}

@@ -440,7 +440,9 @@ def _body_state(
             fits = len(head) <= _HARMONY_HEADER_MAX and (not head or _HARMONY_NAME.match(head))
             return ("possible" if fits else "impossible"), 0
         args = args.lstrip()
-        if not args or (end is not None and end.startswith(args)):
+        if end is not None:  # the reply may be cut inside `<|call|>` (text streamed in pieces)
+            args = _without_partial(args, end)
+        if not args:
             return "possible", 0
         return ("possible" if args[0] in "{[" and is_json_prefix(args) else "impossible"), 0
     stripped = body.lstrip()
