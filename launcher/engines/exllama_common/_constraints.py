@@ -11,38 +11,48 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection
+from collections.abc import Mapping
+from typing import Any
 
 from launcher.engines._schema_bounds import SchemaBoundsError, check_schema_bounds
 from launcher.engines.base import Constraint
+from launcher.engines.call_lark import CallGrammarError, tool_calls_lark
 
 
 class ConstraintError(ValueError):
     """The constraint cannot be compiled; the message says what to change."""
 
 
-def _literal(text: str, special_tokens: Collection[str]) -> str:
-    """Lark for literal text; added tokens in it (`<tool_call>`) become token references.
+def _literal(text: str, special_tokens: Mapping[str, int]) -> list[str]:
+    """Lark items for literal text; added tokens in it (`<tool_call>`) become token references.
 
     llguidance treats a tokenizer's added tokens as special: their text cannot be matched by a
-    string literal, only by `<name>`, which is also what a model emits (one token, not the letters).
+    string literal, only by a reference, which is also what a model emits (one token, not the
+    letters). References are by id (`<[480]>`): llguidance knows only some by name (`<tool_call>`
+    but not `[TOOL_CALLS]`).
     """
+    if not text:
+        return []
     names = sorted((t for t in special_tokens if t and t in text), key=len, reverse=True)
     if not names:
-        return json.dumps(text, ensure_ascii=False)  # JSON escapes are valid Lark escapes
+        return [json.dumps(text, ensure_ascii=False)]  # JSON escapes are valid Lark escapes
     parts = re.split("(" + "|".join(map(re.escape, names)) + ")", text)
-    return " ".join(p if p in names else json.dumps(p, ensure_ascii=False) for p in parts if p)
+    return [f"<[{special_tokens[p]}]>" if p in names else json.dumps(p, ensure_ascii=False) for p in parts if p]
+
+
+def _json_value(schema: Any) -> str:
+    try:
+        check_schema_bounds(schema)
+    except SchemaBoundsError as err:
+        raise ConstraintError(str(err)) from None
+    return "%json " + json.dumps(schema if isinstance(schema, dict) else {}, ensure_ascii=False)
 
 
 def _body(constraint: Constraint) -> str:
     if constraint.kind == "json_schema":
         if not isinstance(constraint.schema, dict):
             raise ConstraintError("json_schema constraint without a schema object")
-        try:
-            check_schema_bounds(constraint.schema)
-        except SchemaBoundsError as err:
-            raise ConstraintError(str(err)) from None
-        return "%json " + json.dumps(constraint.schema, ensure_ascii=False)
+        return _json_value(constraint.schema)
     if constraint.kind == "json_object":
         return '%json {"type": "object"}'
     if constraint.kind == "regex":
@@ -52,26 +62,33 @@ def _body(constraint: Constraint) -> str:
     raise ConstraintError(f"constraint kind {constraint.kind!r} is not supported by the ExLlama engines")
 
 
-def grammar_for(constraint: Constraint, special_tokens: Collection[str] = ()) -> str:
+def grammar_for(constraint: Constraint, special_tokens: Mapping[str, int] | None = None) -> str:
     """The Lark grammar text (llguidance dialect) the output must match, prefix and suffix included.
 
-    `special_tokens`: the tokenizer's added tokens (see `_literal`). GBNF grammars are converted by
-    llguidance itself (they cannot be wrapped in prefix/suffix text).
+    `special_tokens`: the tokenizer's added tokens, text -> id (see `_literal`). GBNF grammars are
+    converted by llguidance itself (they cannot be wrapped in prefix/suffix text).
     Raises ConstraintError when the grammar is invalid.
     """
     import llguidance
 
+    added = dict(special_tokens or {})
     if constraint.kind == "grammar_gbnf":
         if constraint.prefix_text or constraint.suffix_text:
             raise ConstraintError("a GBNF grammar cannot be combined with prefix or suffix text")
         if not constraint.pattern:
             raise ConstraintError("grammar_gbnf constraint without a grammar (pattern)")
         lark = llguidance.gbnf_to_lark.gbnf_to_lark(constraint.pattern)
+    elif constraint.kind == "tool_calls":
+        try:
+            lark = tool_calls_lark(constraint, lambda text: _literal(text, added), _json_value)
+        except CallGrammarError as err:
+            raise ConstraintError(f"invalid tool_calls constraint: {err}") from None
     else:
-        parts = [_literal(constraint.prefix_text, special_tokens)] if constraint.prefix_text else []
-        parts.append(_body(constraint))
-        if constraint.suffix_text:
-            parts.append(_literal(constraint.suffix_text, special_tokens))
+        parts = [
+            *_literal(constraint.prefix_text, added),
+            _body(constraint),
+            *_literal(constraint.suffix_text, added),
+        ]
         lark = "start: " + " ".join(parts) + "\n"
     problem = llguidance.LLMatcher.validate_grammar(llguidance.grammar_from("lark", lark))
     if problem:

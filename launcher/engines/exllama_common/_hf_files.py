@@ -10,7 +10,7 @@ written by newer transformers).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,7 +36,8 @@ class HfModelFiles:
     add_bos_token: bool
     bits_per_weight: float | None
     weights_bytes: int
-    added_tokens: tuple[str, ...] = ()  # tokenizer.json's added tokens ("<|im_end|>", "<tool_call>")
+    # tokenizer.json's added tokens by their text ("<|im_end|>", "<tool_call>", "[TOOL_CALLS]") -> id
+    added_tokens: dict[str, int] = field(default_factory=dict)
 
     @property
     def quant_label(self) -> str | None:
@@ -154,9 +155,9 @@ def read_model_files(directory: Path, expected: ExllamaFormat) -> HfModelFiles:
         add_bos_token=bool(tokenizer_config.get("add_bos_token", False)),
         bits_per_weight=bits_per_weight,
         weights_bytes=weights,
-        added_tokens=tuple(
-            str(t["content"])
+        added_tokens={
+            str(t["content"]): t["id"]
             for t in tokenizer_json.get("added_tokens", ())
-            if isinstance(t, dict) and t.get("content")
-        ),
+            if isinstance(t, dict) and t.get("content") and isinstance(t.get("id"), int)
+        },
     )

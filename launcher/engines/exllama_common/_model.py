@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from functools import lru_cache
 
 from launcher.core.errors import EngineError
@@ -31,10 +31,10 @@ class ExLlamaModel:
         plan: CachePlan,
         *,
         max_queue: int,
-        special_tokens: tuple[str, ...] = (),
+        special_tokens: Mapping[str, int] | None = None,
     ) -> None:
         self.info = info
-        self._special_tokens = special_tokens
+        self._special_tokens = dict(special_tokens or {})  # added tokens' text -> id, for grammars
         self._backend = backend
         self._plan = plan
         self._closed = False

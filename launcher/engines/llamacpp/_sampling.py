@@ -18,7 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from launcher.engines._schema_bounds import SchemaBoundsError, check_schema_bounds, whole_string_pattern, with_patterns
-from launcher.engines.base import Constraint, SamplingParams, TokenLogprob
+from launcher.engines.base import CallShape, Constraint, SamplingParams, TokenLogprob
+from launcher.engines.call_shapes import Param, call_params
 
 GRAMMAR_ROOT = "launcher-root"
 _PENALTY_WINDOW = 64  # tokens the repeat/presence/frequency penalties look back over
@@ -46,6 +47,14 @@ def _gbnf_literal(text: str) -> str:
     return '"' + escaped.replace("\t", "\\t") + '"'
 
 
+def _gbnf_char(char: str) -> str:
+    """One character inside a GBNF character class (escaped unless a letter or digit)."""
+    if char.isascii() and char.isalnum():
+        return char
+    code = ord(char)
+    return f"\\x{code:02X}" if code < 0x100 else f"\\u{code:04X}" if code < 0x10000 else f"\\U{code:08X}"
+
+
 def compile_constraint(constraint: Constraint) -> str:
     """GBNF text whose rule `launcher-root` generates prefix_text + the constrained part + suffix_text.
 
@@ -56,6 +65,7 @@ def compile_constraint(constraint: Constraint) -> str:
     """
     # Key order matters: the converter writes properties in the schema's order.
     schema_text = json.dumps(constraint.schema) if constraint.schema is not None else None
+    calls = tuple((c.prefix_text, json.dumps(c.schema), c.suffix_text, c.params) for c in constraint.calls)
     outcome = _compile_outcome(
         constraint.kind,
         schema_text,
@@ -63,27 +73,47 @@ def compile_constraint(constraint: Constraint) -> str:
         constraint.prefix_text,
         constraint.suffix_text,
         constraint.repeat,
+        calls,
     )
     if isinstance(outcome, ConstraintError):
         raise ConstraintError(*outcome.args)
     return outcome
 
 
+CallKey = tuple[tuple[str, str, str, tuple[str, str] | None], ...]
+"""A constraint's call shapes as a cache key: prefix text, schema as JSON text, suffix text, params."""
+
+
 @functools.lru_cache(maxsize=64)
 def _compile_outcome(
-    kind: str, schema_text: str | None, pattern: str | None, prefix_text: str, suffix_text: str, repeat: bool
+    kind: str,
+    schema_text: str | None,
+    pattern: str | None,
+    prefix_text: str,
+    suffix_text: str,
+    repeat: bool,
+    calls: CallKey = (),
 ) -> str | ConstraintError:
     try:
-        return _compile(kind, schema_text, pattern, prefix_text, suffix_text, repeat)
+        return _compile(kind, schema_text, pattern, prefix_text, suffix_text, repeat, calls)
     except ConstraintError as err:
         return err
 
 
 def _compile(
-    kind: str, schema_text: str | None, pattern: str | None, prefix_text: str, suffix_text: str, repeat: bool
+    kind: str,
+    schema_text: str | None,
+    pattern: str | None,
+    prefix_text: str,
+    suffix_text: str,
+    repeat: bool,
+    calls: CallKey = (),
 ) -> str:
     from llama_cpp import llama_grammar
 
+    if kind == "tool_calls":
+        shapes = [CallShape(prefix, json.loads(schema), suffix, params) for prefix, schema, suffix, params in calls]
+        return _tool_calls_gbnf(shapes, prefix_text, suffix_text, repeat)
     if kind == "json_schema":
         if schema_text is None:
             raise ConstraintError("a json_schema constraint needs a schema")
@@ -121,22 +151,145 @@ def _compile(
 
 def _schema_to_gbnf(schema: Any) -> str:
     """llama.cpp's own JSON-schema converter, within the bounds, with JSON Schema's unanchored patterns."""
-    from llama_cpp import llama_grammar
+    converter = _new_converter()
+    converter.add(_bounded(schema), "", "stdin")
+    return converter.grammar()
 
+
+def _bounded(schema: Any) -> Any:
+    """`schema` checked against the bounds, its patterns anchored as a grammar needs them."""
     try:
         check_schema_bounds(schema, max_repetition=MAX_REPETITION, max_total_repetition=MAX_TOTAL_REPETITION)
-        schema = with_patterns(schema, lambda pattern: whole_string_pattern(pattern, _JSON_PLAIN_CHAR))
+        return with_patterns(schema, lambda pattern: whole_string_pattern(pattern, _JSON_PLAIN_CHAR))
     except SchemaBoundsError as err:
         raise ConstraintError(str(err)) from None
-    converter = _BudgetedConverter(
+
+
+def _new_converter() -> _BudgetedConverter:
+    from llama_cpp import llama_grammar
+
+    return _BudgetedConverter(
         llama_grammar.SchemaConverter, deadline=time.monotonic() + MAX_COMPILE_S, max_chars=MAX_GRAMMAR_CHARS
     )
-    try:
-        return converter.convert(schema)
-    except ConstraintError:
-        raise
-    except Exception as err:  # the converter raises bare Exceptions/KeyErrors/AssertionErrors on bad schemas
-        raise ConstraintError(f"unsupported JSON schema: {err}") from None
+
+
+def _tool_calls_gbnf(shapes: list[CallShape], prefix_text: str, suffix_text: str, repeat: bool) -> str:
+    """GBNF for a "tool_calls" constraint: prefix text, one call (with `repeat`, one or more separated by
+    whitespace) written as one of the `shapes`, suffix text. All schemas share one converter, and so
+    its rules (`space`, `string`...) and its size and time budget."""
+    if not shapes:
+        raise ConstraintError("a tool_calls constraint needs at least one call shape")
+    grammar = _CallGrammar(_new_converter())
+    calls = [grammar.call(index, shape) for index, shape in enumerate(shapes)]
+    call = grammar.rule(f"{GRAMMAR_ROOT}-call", " | ".join(calls))
+    body = f"{call} ([ \\t\\n]* {call})*" if repeat else call
+    grammar.rule(GRAMMAR_ROOT, _sequence(_literal_or_empty(prefix_text), body, _literal_or_empty(suffix_text)))
+    return grammar.text()
+
+
+def _literal_or_empty(text: str) -> str:
+    return _gbnf_literal(text) if text else ""
+
+
+def _sequence(*items: str) -> str:
+    return " ".join(item for item in items if item)
+
+
+class _CallGrammar:
+    """The rules of a tool_calls grammar: the converter's for JSON values, and ours, `launcher-root-*`."""
+
+    def __init__(self, converter: _BudgetedConverter) -> None:
+        self._converter = converter
+        self._rules: dict[str, str] = {}
+        self._raw_text: dict[str, str] = {}  # close text -> the rule for raw text followed by it
+
+    def rule(self, name: str, body: str) -> str:
+        self._converter.charge(len(name) + len(body))
+        self._rules[name] = body
+        return name
+
+    def text(self) -> str:
+        ours = "\n".join(f"{name} ::= {body}" for name, body in self._rules.items())
+        return f"{self._converter.grammar()}\n{ours}\n"
+
+    def call(self, index: int, shape: CallShape) -> str:
+        """The rule for one call shape: its prefix text, its arguments, its suffix text."""
+        name = f"{GRAMMAR_ROOT}-call{index}"
+        if shape.params is None:
+            arguments = self._converter.add(_bounded(shape.schema), f"call{index}-args", f"call{index}")
+        else:
+            _bounded(shape.schema)  # its properties' schemas are within the bounds if the tool's is
+            params = call_params(shape)
+            arguments = _sequence(*(self._param(param, f"{name}-p{n}") for n, param in enumerate(params)))
+        prefix, suffix = _literal_or_empty(shape.prefix_text), _literal_or_empty(shape.suffix_text)
+        return self.rule(name, _sequence(prefix, arguments, suffix) or '""')
+
+    def _param(self, param: Param, name: str) -> str:
+        """The item for one property (a rule, optional unless required): open text, value, close text."""
+        close = _literal_or_empty(param.close)
+        if param.raw and param.choices is not None:
+            value = _sequence("(" + " | ".join(map(_gbnf_literal, param.choices)) + ")" if param.choices else "", close)
+        elif param.raw:
+            value = self._raw_text_then(param.close)
+        else:
+            schema = param.schema if isinstance(param.schema, dict) else {}
+            value = _sequence(self._converter.add(_bounded(schema), f"{name}-value", name), close)
+        self.rule(name, _sequence(_literal_or_empty(param.open), value) or '""')
+        return name if param.required else f"{name}?"
+
+    def _raw_text_then(self, close: str) -> str:
+        """A rule for raw text followed by `close`, where the text does not contain `close` (so the first
+        `close` after a value is the one that ends it, as the families' parsers read it).
+
+        GBNF has no lookahead: this spells out the matcher of `close` (Knuth-Morris-Pratt). In state k the
+        text so far ends with the first k characters of `close` and contains no whole `close`; a character
+        of `close` moves to the state it leads to, any other character back to 0, and `close` itself ends
+        the value unless reading it from k would complete an earlier `close`."""
+        if close in self._raw_text:
+            return self._raw_text[close]
+        if not close:
+            raise ConstraintError("call parameters written as raw text need a closing text after the value")
+        base = f"{GRAMMAR_ROOT}-raw{len(self._raw_text)}"
+        alphabet = sorted(set(close))
+        others = "[^" + "".join(map(_gbnf_char, alphabet)) + "]"
+        step = _close_matcher(close)
+        for state in range(len(close)):
+            alternatives = [f"{others} {base}-s0"]
+            for char in alphabet:
+                following = step(state, char)
+                if following < len(close):
+                    alternatives.append(f"{_gbnf_literal(char)} {base}-s{following}")
+            if _ends_cleanly(step, state, close):
+                alternatives.append(_gbnf_literal(close))
+            self.rule(f"{base}-s{state}", " | ".join(alternatives))
+        self._raw_text[close] = f"{base}-s0"
+        return self._raw_text[close]
+
+
+def _close_matcher(close: str) -> Callable[[int, str], int]:
+    """The Knuth-Morris-Pratt step for `close`: (matched prefix length, next char) -> new matched length."""
+    failure = [0] * (len(close) + 1)
+    for index in range(1, len(close)):
+        k = failure[index]
+        while k and close[index] != close[k]:
+            k = failure[k]
+        failure[index + 1] = k + 1 if close[index] == close[k] else 0
+
+    def step(state: int, char: str) -> int:
+        while state and (state == len(close) or close[state] != char):
+            state = failure[state]
+        return state + 1 if close[state] == char else 0
+
+    return step
+
+
+def _ends_cleanly(step: Callable[[int, str], int], state: int, close: str) -> bool:
+    """Whether reading `close` from `state` completes it only at its last character."""
+    for char in close[:-1]:
+        state = step(state, char)
+        if state == len(close):
+            return False
+    return True
 
 
 class _BudgetedConverter:
@@ -167,10 +320,19 @@ class _BudgetedConverter:
         if time.monotonic() > self._deadline:
             raise ConstraintError(f"compiling this schema took over {MAX_COMPILE_S:g} s; simplify it")
 
-    def convert(self, schema: Any) -> str:
-        """The GBNF text (rule `root`) for `schema`."""
-        resolved = self._converter.resolve_refs(schema, "stdin")
-        self._converter.visit(resolved, "")
+    def add(self, schema: Any, name: str, url: str) -> str:
+        """Add the rules for `schema` (its `$ref`s resolved within it, under `url`); its rule's name
+        (`root` for name "")."""
+        try:
+            resolved = self._converter.resolve_refs(schema, url)
+            return str(self._converter.visit(resolved, name))
+        except ConstraintError:
+            raise
+        except Exception as err:  # the converter raises bare Exceptions/KeyErrors/AssertionErrors on bad schemas
+            raise ConstraintError(f"unsupported JSON schema: {err}") from None
+
+    def grammar(self) -> str:
+        """The GBNF text of every rule added so far."""
         return str(self._converter.format_grammar())
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from launcher.engines._schema_bounds import SchemaBoundsError, check_schema_bounds
 from launcher.engines.base import Constraint, SamplingParams
+from launcher.engines.call_lark import CallGrammarError, tool_calls_lark
 
 log = logging.getLogger("launcher.engines.mlx")
 
@@ -118,16 +119,24 @@ class GrammarCompiler:
     def grammar(self, constraint: Constraint, encode: Callable[[str], list[int]]) -> str:
         """The Lark grammar for `constraint` (prefix text + constrained part + suffix text)."""
         table = self._tokenizer()
+
+        def literal(text: str) -> list[str]:
+            return _literal(text, encode, table)
+
+        if constraint.kind == "tool_calls":
+            for shape in constraint.calls:
+                _check_bounds(shape.schema)
+            try:
+                return tool_calls_lark(constraint, literal, _json_value)
+            except CallGrammarError as err:
+                raise ConstraintError(str(err)) from None
         if constraint.kind == "json_schema":
             if constraint.schema is None:
                 raise ConstraintError("a json_schema constraint needs a schema")
-            try:
-                check_schema_bounds(constraint.schema)
-            except SchemaBoundsError as err:
-                raise ConstraintError(str(err)) from None
-            body = f"%json {json.dumps({**tightened(constraint.schema), 'x-guidance': _JSON_STYLE})}"
+            _check_bounds(constraint.schema)
+            body = _json_value(constraint.schema)
         elif constraint.kind == "json_object":
-            body = f"%json {json.dumps({'type': 'object', 'x-guidance': _JSON_STYLE})}"
+            body = _json_value({"type": "object"})
         elif constraint.kind == "regex":
             if not constraint.pattern:
                 raise ConstraintError("a regex constraint needs a pattern")
@@ -136,11 +145,7 @@ class GrammarCompiler:
             raise ConstraintError(
                 f"the MLX engine does not support {constraint.kind!r} constraints (use json_schema or regex)"
             )
-        parts = [
-            *_literal(constraint.prefix_text, encode, table),
-            "body",
-            *_literal(constraint.suffix_text, encode, table),
-        ]
+        parts = [*literal(constraint.prefix_text), "body", *literal(constraint.suffix_text)]
         return f"start: {' '.join(parts)}\nbody: {body}\n"
 
     def matcher(self, constraint: Constraint, encode: Callable[[str], list[int]]) -> Any:
@@ -158,6 +163,19 @@ class GrammarCompiler:
         if matcher.is_error():
             raise ConstraintError(f"cannot constrain output to this schema: {matcher.get_error()}")
         return matcher
+
+
+def _check_bounds(schema: Any) -> None:
+    try:
+        check_schema_bounds(schema)
+    except SchemaBoundsError as err:
+        raise ConstraintError(str(err)) from None
+
+
+def _json_value(schema: Any) -> str:
+    """A Lark rule body for one JSON value matching `schema`, written as json.dumps writes it."""
+    tight = tightened(schema) if isinstance(schema, dict) else {}
+    return f"%json {json.dumps({**tight, 'x-guidance': _JSON_STYLE})}"
 
 
 _SAFE_INTEGER = 2**53 - 1

@@ -35,7 +35,7 @@ def _matcher(directory: Path, constraint: Constraint) -> tuple[GrammarMatcher, o
 
     tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
     eos = (tokenizer.token_to_id("<|im_end|>"),)
-    added = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>")
+    added = {token.content: token_id for token_id, token in tokenizer.get_added_tokens_decoder().items()}
     matcher = GrammarMatcher(
         load_ll_tokenizer(directory, eos), grammar_for(constraint, added), tokenizer.get_vocab_size(), eos
     )

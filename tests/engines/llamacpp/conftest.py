@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from launcher.engines.llamacpp.model import LlamaCppModel
-from tests.engines.llamacpp.support import load
+from tests.engines.llamacpp.support import GrammarProbe, load
 
 
 @pytest.fixture(scope="module")
@@ -23,3 +23,11 @@ def tiny_model(tiny_gguf: Path) -> Iterator[LlamaCppModel]:
 def text_prompt(tiny_model: LlamaCppModel) -> list[int]:
     """A short ChatML prompt as tokens."""
     return tiny_model.tokenize("<|im_start|>user\nHello there, how are you today?<|im_end|>\n<|im_start|>assistant\n")
+
+
+@pytest.fixture(scope="module")
+def probe(tiny_gguf: Path) -> Iterator[GrammarProbe]:
+    """llama.cpp's grammar sampler over the tiny GGUF's vocabulary."""
+    grammar_probe = GrammarProbe(tiny_gguf)
+    yield grammar_probe
+    grammar_probe.close()
