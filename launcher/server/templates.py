@@ -199,13 +199,13 @@ TOOLS_LIST_PROMPT = """# Tools
 
 You may call one or more of these functions to assist with the user query:
 {tools}"""
+"""For templates that write earlier calls but never show the tools: the tools, then (CALL_EXAMPLE_PROMPT) a
+call as the template itself writes one, so the model sees its own syntax, not ours."""
 
 CALL_EXAMPLE_PROMPT = """
 
 A call is written like this example (a function name and its arguments):
 {example}"""
-"""For templates that write earlier calls but never show the tools: the tools, and a call as the template
-itself writes one (so the model sees its own syntax, not ours)."""
 
 
 @dataclass(frozen=True)

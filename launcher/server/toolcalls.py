@@ -191,11 +191,11 @@ class _Scanner:
 
     def either(self, *literals: str) -> str:
         """Which of `literals` comes next (consumed)."""
-        rest = self.text[self.pos :]
         for literal in literals:
-            if rest.startswith(literal):
+            if self.text.startswith(literal, self.pos):
                 self.pos += len(literal)
                 return literal
+        rest = self.text[self.pos : self.pos + max(map(len, literals))]  # not a copy of a long body
         if any(literal.startswith(rest) for literal in literals):
             raise _Partial
         raise _Mismatch
@@ -404,6 +404,14 @@ _TAGGED_READERS = {
 }
 
 
+def _reads_as_tagged(fmt: ToolFormat, body: str) -> bool:
+    """Whether a body is read as the family's tags. Qwen3-Coder and GLM share Hermes's `<tool_call>`, and
+    their models at times write a Hermes JSON call inside it: a body that opens with `{` is read as JSON."""
+    if fmt not in _TAGGED_READERS:
+        return False
+    return _MARKERS[fmt] != _MARKERS["hermes"] or not body.lstrip().startswith("{")
+
+
 def _tagged_calls(
     fmt: ToolFormat, body: str, end: str | None, tools: list[dict[str, Any]] | None
 ) -> tuple[BodyState | Literal["whole"], list[ParsedToolCall], int]:
@@ -431,7 +439,7 @@ def _body_state(
 
     Also where the complete calls end, for "calls_then_text" (0 otherwise).
     """
-    if fmt in _TAGGED_READERS:
+    if _reads_as_tagged(fmt, body):
         state, _, calls_end = _tagged_calls(fmt, body, end, tools)
         return ("possible" if state == "whole" else state), calls_end
     if fmt == "harmony":
@@ -467,7 +475,7 @@ def parse_call_body(
 ) -> list[ParsedToolCall] | None:
     """Calls inside one tool-call region (after the start marker), or None if it does not parse.
     `tools` (the request's) type the arguments of families that write them as tagged text."""
-    if fmt in _TAGGED_READERS:
+    if _reads_as_tagged(fmt, body):
         state, calls, _ = _tagged_calls(fmt, body, None, tools)
         return calls if state == "whole" and calls else None
     if fmt == "harmony":

@@ -134,3 +134,14 @@ def test_a_system_message_after_the_assistant_becomes_a_user_turn() -> None:
         "<start_of_turn>model\nHello<end_of_turn>\n"
         "<start_of_turn>user\n<system>\nNow answer in French.\n</system><end_of_turn>\n<start_of_turn>model\n"
     )
+
+
+def test_a_template_may_change_lists_of_its_own_but_not_the_conversation() -> None:
+    """Kimi K2's template keeps a queue of call ids with append/pop; what it changes is a copy."""
+    source = (
+        "{% set ids = [] %}{% set _ = ids.append(1) %}{% set _ = messages.append(messages[0]) %}{{ messages | length }}"
+    )
+    template = load_template(fake_info(chat_template=source))
+    history = [{"role": "user", "content": "hi"}]
+    assert template.render(history) == template.render(history) == "2"
+    assert history == [{"role": "user", "content": "hi"}]

@@ -340,6 +340,16 @@ def test_a_qwen3_coder_call_followed_by_prose_without_its_end_tag_is_still_a_cal
     assert content.strip() == "Now I wait for the file."
 
 
+@pytest.mark.parametrize("fmt", ["qwen3_coder", "glm"])
+def test_a_hermes_call_inside_a_tagged_family_s_tool_call_is_still_a_call(fmt: ToolFormat) -> None:
+    """Qwen3-Coder and GLM share Hermes's <tool_call>; their models at times write Hermes JSON in it."""
+    reply = (
+        f'{PROSE}\n<tool_call>\n{{"name": "get_weather", "arguments": {{"city": "Paris", "days": 2}}}}\n</tool_call>'
+    )
+    content, calls, _ = _streamed(fmt, reply)
+    assert calls == [PARIS] and content.strip() == PROSE
+
+
 def _written_by_grammar(constraint: Any, calls: tuple[tuple[str, dict[str, Any]], ...]) -> str:
     """The text a constrained model writes for `calls`: the constraint's literal text around each call's
     arguments, as JSON or as tagged parameters."""
