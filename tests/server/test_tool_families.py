@@ -81,14 +81,9 @@ class Family:
     fmt: ToolFormat
     templates: tuple[str, ...]  # real templates of models that write this family's calls
     history_call: str  # how the templates write the earlier get_weather call
-    reply: str  # a model's reply: some text, then its call(s)
+    reply: str  # a model's reply: PROSE (where the family allows text first), then its call(s)
     calls: tuple[tuple[str, dict[str, Any]], ...]  # the calls in `reply`
     not_a_call: str  # a reply that starts a call and turns into prose
-
-    @property
-    def content(self) -> str:
-        """The reply's text once its calls are taken out."""
-        return PROSE
 
 
 FAMILIES = [
@@ -375,7 +370,10 @@ def test_the_call_grammar_writes_calls_the_parser_reads_and_the_template_writes(
     constraint, fmt = tool_constraint(family.fmt, TOOLS, parallel=True)
     assert fmt == family.fmt
     if constraint.kind != "tool_calls":
-        return  # JSON families: the JSON schema's own tests (tests/server/test_toolcalls.py)
+        # JSON families: a JSON schema (tests/server/test_toolcalls.py) between the template's own markers
+        assert constraint.prefix_text.strip() in family.history_call
+        assert constraint.suffix_text.strip() in family.history_call
+        return
     assert [shape.schema for shape in constraint.calls] == [t["function"]["parameters"] for t in TOOLS]
     assert constraint.repeat
     text = _written_by_grammar(constraint, family.calls)
