@@ -314,12 +314,23 @@ def check_prompt_chars(chars: int, context: int) -> None:
     so a prompt over `context * MAX_BYTES_PER_TOKEN` characters is over `context` tokens for sure.
     """
     if chars > context * MAX_BYTES_PER_TOKEN:
-        raise bad_request(
-            f"The prompt has {chars:,} characters, far more than the model's context of {context} tokens holds. "
-            "Shorten the conversation or restart the server with a larger --context.",
-            param="messages",
-            code="context_length_exceeded",
+        raise _too_long(
+            f"{chars:,} characters, far more than the model's maximum context length of {context} tokens holds"
         )
+
+
+def _too_long(why: str) -> ApiError:
+    """The 400 for a prompt that does not fit, as OpenAI answers it (`context_length_exceeded`).
+
+    The message holds the words of both hosted APIs, "prompt is too long" (Anthropic's) and "maximum
+    context length" (OpenAI's): clients that shorten a conversation and retry on an overflow
+    recognise it by the message where they do not read the code (Anthropic's errors have none).
+    """
+    return bad_request(
+        f"The prompt is too long: {why}. Shorten the conversation or restart the server with a larger --context.",
+        param="messages",
+        code="context_length_exceeded",
+    )
 
 
 def needs_bos(model: LoadedModel, prompt: str, template_bos: str = "") -> bool:
@@ -358,12 +369,9 @@ async def start_generation(
     count = len(prompt_tokens)
     if count == 0:
         raise bad_request("The prompt is empty.", param="messages")
-    if count >= context:
-        raise bad_request(
-            f"The prompt has {count} tokens but the model's context is {context} tokens. Shorten the "
-            "conversation or restart the server with a larger --context.",
-            param="messages",
-            code="context_length_exceeded",
+    if count >= context:  # the reply needs at least one token of room
+        raise _too_long(
+            f"{count} tokens, and the model's maximum context length is {context} tokens for prompt and reply together"
         )
     room = context - count
     limit = room if settings.max_tokens is None else min(settings.max_tokens, room)
