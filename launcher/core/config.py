@@ -88,6 +88,17 @@ class ServeConfig(BaseModel):
             "stop, so agents do not ask to continue (small models ramble until the context is full)"
         ),
     )
+    # Off is the way around a grammar problem (a schema the grammar gets wrong, a slow grammar on a huge
+    # tool list) and the baseline of scripts/bench-tool-calls; forced calls (tool_choice required or
+    # a named tool) keep their grammar either way, as a forced call without one could be anything.
+    tool_call_grammar: Literal["lazy", "off"] = Field(
+        "lazy",
+        description=(
+            "on tool_choice auto, the model writes freely until it starts a tool call, then only a well-formed "
+            "call to one of the request's tools with valid arguments (lazy), or anything (off: a started call "
+            "that does not parse reaches the client as text)"
+        ),
+    )
     log_requests: Literal["off", "on", "replies"] = Field(
         "on",
         description=(

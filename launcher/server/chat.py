@@ -399,7 +399,9 @@ async def start_chat(slot: ModelSlot, options: ChatOptions) -> ChatRun:
         if options.tool_choice != "auto":
             constraint, tool_format = tool_constraint(template.tool_format, _choice_tools(options))
             grammar = "required"
-        elif constraint is None and getattr(model, "lazy_constraints", False):
+        elif (
+            constraint is None and slot.config.tool_call_grammar == "lazy" and getattr(model, "lazy_constraints", False)
+        ):
             # free text until the model starts a call; the call itself can only be well formed
             constraint = lazy_tool_constraint(
                 template.tool_format,

@@ -128,3 +128,35 @@ def test_calls_are_counted_in_metrics_and_the_request_log(server: RunningServer,
     assert delta("parsed") == 1 and delta("left_as_text") == 1
     log = server.stderr_path.read_text(errors="replace")
     assert "calls=1 (lazy grammar)" in log and "calls=0 (lazy grammar) left-as-text=1" in log
+
+
+@pytest.fixture(scope="module")
+def server_without_grammar(tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    spec = SERVERS[0]
+    if spec.available():
+        pytest.skip(str(spec.available()))
+    home = tmp_path_factory.mktemp("no-call-grammar")
+    running = start_server(spec, tiny_gguf, home, "--tool-call-grammar", "off")
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_with_the_grammar_off_a_started_call_is_free_text(
+    server_without_grammar: RunningServer, tiny_gguf: Path
+) -> None:
+    """`--tool-call-grammar off`: the same request gets no grammar, so what the random model writes after
+    `<tool_call>` is no call; it reaches the client as text, counted under grammar "none"."""
+    server = server_without_grammar
+    api = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", timeout=120)
+    before = httpx.get(f"{server.url}/metrics", timeout=30).text
+    reply = api.chat.completions.create(**_request(tiny_gguf))
+    after = httpx.get(f"{server.url}/metrics", timeout=30).text
+    choice = reply.choices[0]
+    assert not choice.message.tool_calls and (choice.message.content or "").startswith("<tool_call>")
+    assert 'grammar="lazy"' not in after
+    assert metric_total(after, "launcher_tool_calls_total", outcome="left_as_text", grammar="none") >= 1
+    assert 'grammar="none"' not in before
+    log = server.wait_for_log("calls=0 left-as-text=")
+    assert "calls=0 left-as-text=" in log and "lazy grammar" not in log

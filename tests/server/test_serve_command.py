@@ -81,6 +81,14 @@ def test_the_apps_library_and_idle_unload_settings_reach_its_server_child() -> N
     assert parse(*argv).library is False
 
 
+def test_the_call_grammar_can_be_turned_off() -> None:
+    assert parse().tool_call_grammar == "lazy"
+    config = parse("--tool-call-grammar", "off")
+    assert config.tool_call_grammar == "off" and parse(*config.to_argv()) == config
+    with pytest.raises(SystemExit):
+        parse("--tool-call-grammar", "strict")
+
+
 def test_config_file_is_merged_and_flags_win(tmp_path: Path) -> None:
     path = tmp_path / "serve.toml"
     path.write_text('[serve]\nparallel = 2\nport = 9000\nalias = "from-file"\n')
