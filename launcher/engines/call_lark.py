@@ -54,6 +54,14 @@ def tool_calls_lark(constraint: Constraint, literal: Literal, json_value: JsonVa
     return "\n".join(reversed(grammar.lines)) + "\n"
 
 
+def repeated(once: str, repeat: bool) -> str:
+    """Lark rules whose `start` is `once` (a rule body), or with `repeat` one or more of it separated by
+    optional whitespace (`Constraint.repeat`: parallel tool calls, each in its own tags)."""
+    if not repeat:
+        return f"start: {once}\n"
+    return f"start: once (SEPARATOR? once)*\nonce: {once}\n{_SEPARATOR}\n"
+
+
 def _sequence(*items: str) -> str:
     return " ".join(item for item in items if item) or '""'
 

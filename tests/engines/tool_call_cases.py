@@ -9,7 +9,8 @@ model write exactly it and stop.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 from launcher.engines.base import CallShape, Constraint
 
@@ -144,3 +145,33 @@ def refused(family: Family) -> list[str]:
         note = f"first{close}second"
         texts.append(family.reply(family.call("set_timer", minutes="5", sound="bell", note=note)))
     return texts
+
+
+def read_qwen3_coder(text: str) -> list[tuple[str, dict[str, str]]] | None:
+    """The calls in a whole Qwen3-Coder reply (tool name, raw parameter values), as that family's
+    parsers read them; None when the reply is not calls alone."""
+    call = r"<tool_call>\n<function=(\w+)>\n((?:<parameter=\w+>\n.*?\n</parameter>\n)*)</function>\n</tool_call>"
+    if not re.fullmatch(rf"(?:{call}\s*)+", text, re.DOTALL):
+        return None
+    return [
+        (name, dict(re.findall(r"<parameter=(\w+)>\n(.*?)\n</parameter>\n", body, re.DOTALL)))
+        for name, body in re.findall(call, text, re.DOTALL)
+    ]
+
+
+def timer_arguments_are_valid(arguments: dict[str, str]) -> bool:
+    """Whether raw Qwen3-Coder values are TIMER's: an integer, one of the sounds, a boolean if any."""
+    return (
+        re.fullmatch(r"-?[0-9]+ ?", arguments.get("minutes", "")) is not None
+        and arguments.get("sound") in ("bell", "chime")
+        and arguments.get("loud", "true").strip() in ("true", "false")
+        and set(arguments) <= {"minutes", "sound", "loud", "note"}
+    )
+
+
+def lazy_single_call(family: Family, trigger: str) -> Constraint:
+    """`family`'s constraint made lazy on `trigger`, for one call, and without TIMER's free-text `note`:
+    a random model whose likeliest token is the call marker would write markers into free text forever."""
+    timer = {**TIMER, "properties": {k: v for k, v in TIMER["properties"].items() if k != "note"}}
+    calls = tuple(replace(s, schema=timer) if s.schema is TIMER else s for s in family.constraint.calls)
+    return replace(family.constraint, calls=calls, repeat=False, triggers=(trigger,))

@@ -16,7 +16,7 @@ from typing import Any
 
 from launcher.engines._schema_bounds import SchemaBoundsError, check_schema_bounds
 from launcher.engines.base import Constraint
-from launcher.engines.call_lark import CallGrammarError, tool_calls_lark
+from launcher.engines.call_lark import CallGrammarError, repeated, tool_calls_lark
 
 
 class ConstraintError(ValueError):
@@ -89,7 +89,7 @@ def grammar_for(constraint: Constraint, special_tokens: Mapping[str, int] | None
             _body(constraint),
             *_literal(constraint.suffix_text, added),
         ]
-        lark = "start: " + " ".join(parts) + "\n"
+        lark = repeated(" ".join(parts), constraint.repeat)
     problem = llguidance.LLMatcher.validate_grammar(llguidance.grammar_from("lark", lark))
     if problem:
         raise ConstraintError(f"invalid {constraint.kind} constraint: {problem}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -24,7 +25,8 @@ import numpy as np
 
 from launcher.engines._schema_bounds import SchemaBoundsError, check_schema_bounds
 from launcher.engines.base import Constraint, SamplingParams
-from launcher.engines.call_lark import CallGrammarError, tool_calls_lark
+from launcher.engines.call_lark import CallGrammarError, repeated, tool_calls_lark
+from launcher.engines.lazy_grammar import TriggerWatch, catch_up
 
 log = logging.getLogger("launcher.engines.mlx")
 
@@ -146,7 +148,7 @@ class GrammarCompiler:
                 f"the MLX engine does not support {constraint.kind!r} constraints (use json_schema or regex)"
             )
         parts = [*literal(constraint.prefix_text), "body", *literal(constraint.suffix_text)]
-        return f"start: {' '.join(parts)}\nbody: {body}\n"
+        return f"{repeated(' '.join(parts), constraint.repeat)}body: {body}\n"
 
     def matcher(self, constraint: Constraint, encode: Callable[[str], list[int]]) -> Any:
         """A fresh llguidance matcher for one request; raises ConstraintError for bad schemas."""
@@ -163,6 +165,19 @@ class GrammarCompiler:
         if matcher.is_error():
             raise ConstraintError(f"cannot constrain output to this schema: {matcher.get_error()}")
         return matcher
+
+    def processor(self, constraint: Constraint, encode: Callable[[str], list[int]]) -> GrammarProcessor:
+        """The logits processor enforcing `constraint` for one request (lazy when it has triggers);
+        raises ConstraintError for bad schemas, at once, before the request waits for a slot."""
+        matcher = self.matcher(constraint, encode)
+        if not constraint.triggers:
+            return GrammarProcessor(matcher, self._n_vocab)
+        try:
+            table = self._tokenizer()
+            watch = TriggerWatch(constraint.triggers, lambda token: bytes(table.decode_bytes([token])))
+        except re.error as err:  # triggers are the server's own patterns: this is a bug, said plainly
+            raise ConstraintError(f"a lazy constraint's trigger is not a valid pattern: {err}") from None
+        return LazyGrammarProcessor(matcher, self._n_vocab, watch, table)
 
 
 def _check_bounds(schema: Any) -> None:
@@ -249,11 +264,14 @@ class GrammarProcessor:
         self._started = False
 
     def __call__(self, tokens: Any, logits: Any) -> Any:
-        import mlx.core as mx
-
         if self._started:
             self._matcher.consume_token(int(tokens[-1].item()))
         self._started = True
+        return self._mask(logits)
+
+    def _mask(self, logits: Any) -> Any:
+        import mlx.core as mx
+
         if self._matcher.is_error():
             return logits  # the sequence is ending anyway (the server sees the error event)
         packed = np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8)
@@ -268,3 +286,42 @@ class GrammarProcessor:
     def failed(self) -> str | None:
         """The matcher's error, if the output left the grammar (should not happen: tokens are masked)."""
         return str(self._matcher.get_error()) if self._matcher.is_error() else None
+
+
+class LazyGrammarProcessor(GrammarProcessor):
+    """A grammar processor for a lazy constraint (`Constraint.triggers`): it passes the logits through
+    untouched, watching the output for a trigger (`lazy_grammar`), until one matches; its matcher then
+    catches up with the output from the match on and masks from the next token.
+
+    Each call sees the token sampled last (as GrammarProcessor), so the speculative step, which runs a
+    row with processors position by position over the kept tokens, keeps only draft tokens that the
+    sampling agrees with once masked: a trigger inside a draft constrains the rest of it.
+    """
+
+    def __init__(self, matcher: Any, n_vocab: int, watch: TriggerWatch, table: Any) -> None:
+        super().__init__(matcher, n_vocab)
+        self._watch: TriggerWatch | None = watch  # None once the grammar took over (or gave up)
+        self._table = table
+        self._seen_prompt = False
+
+    def __call__(self, tokens: Any, logits: Any) -> Any:
+        if self._watch is None:
+            return super().__call__(tokens, logits) if self._started else logits
+        if not self._seen_prompt:  # the first call's token is the prompt's last: not output
+            self._seen_prompt = True
+            return logits
+        handover = self._watch.add(int(tokens[-1].item()))
+        if handover is None:
+            return logits
+        self._watch = None
+        if not catch_up(self._matcher, self._table, handover):
+            # What follows the trigger is not a call the grammar allows: the output stays free, as
+            # the reply parsers would read such text as text.
+            log.info("lazy constraint: the output after its trigger breaks the grammar; left free")
+            return logits
+        self._started = True
+        return self._mask(logits)
+
+    @property
+    def failed(self) -> str | None:
+        return super().failed if self._started else None

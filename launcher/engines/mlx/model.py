@@ -28,6 +28,10 @@ log = logging.getLogger("launcher.engines.mlx")
 class MlxModel:
     """An MLX model served by one scheduler thread with up to `parallel` sequences per step."""
 
+    # Lazy constraints (`Constraint.triggers`: tool calls on `tool_choice: auto`): free output until a
+    # trigger matches, then the grammar (`_sampling.LazyGrammarProcessor`).
+    lazy_constraints = True
+
     def __init__(
         self,
         scheduler: Scheduler,
@@ -80,10 +84,9 @@ class MlxModel:
     def _compile(self, constraint: Constraint) -> GrammarProcessor:
         """A grammar processor for one request (milliseconds: schemas are bounded, the token table is
         built at load); raises ConstraintError."""
-        matcher = self._grammars.matcher(
+        return self._grammars.processor(
             constraint, lambda text: self._tokens.encode(text, add_special=False, parse_special=True)
         )
-        return GrammarProcessor(matcher, self._n_vocab)
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         """MLX chat models have no pooling head here: always raises EngineError."""

@@ -7,6 +7,7 @@ The cases are shared with the other engines (tests/engines/tool_call_cases.py).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,10 @@ def test_a_control_token_in_the_literal_text_is_referenced_by_id() -> None:
 def test_a_constraint_without_calls_is_refused_with_a_reason() -> None:
     with pytest.raises(ConstraintError, match="at least one call"):
         grammar_for(Constraint(kind="tool_calls"))
+
+
+def test_a_repeated_constraint_takes_each_part_in_its_own_tags(accepts: Accepts) -> None:
+    parallel = Constraint(kind="json_object", prefix_text="<tool_call>", suffix_text="</tool_call>", repeat=True)
+    assert accepts(parallel, '<tool_call>{"a": 1}</tool_call>\n<tool_call>{}</tool_call>')
+    assert not accepts(parallel, '<tool_call>{"a": 1}{}</tool_call>')
+    assert not accepts(replace(parallel, repeat=False), "<tool_call>{}</tool_call><tool_call>{}</tool_call>")

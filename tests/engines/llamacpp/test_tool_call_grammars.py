@@ -6,8 +6,6 @@ are shared with the other engines: tests/engines/tool_call_cases.py); then a rea
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from launcher.engines.base import CallShape, Constraint, GenerationRequest, SamplingParams
@@ -15,7 +13,16 @@ from launcher.engines.llamacpp._sampling import compile_constraint
 from launcher.engines.llamacpp.model import LlamaCppModel
 from tests.engines.llamacpp.support import GrammarProbe
 from tests.engines.support import run
-from tests.engines.tool_call_cases import FAMILIES, QWEN3_CODER, TIMER, Family, accepted, refused
+from tests.engines.tool_call_cases import (
+    FAMILIES,
+    QWEN3_CODER,
+    Family,
+    accepted,
+    lazy_single_call,
+    read_qwen3_coder,
+    refused,
+    timer_arguments_are_valid,
+)
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
@@ -58,32 +65,14 @@ def test_raw_text_ends_at_the_first_close_text_whatever_it_repeats(probe: Gramma
 async def test_a_generated_call_is_a_call_the_parser_reads(tiny_model: LlamaCppModel, text_prompt: list[int]) -> None:
     # Lazy, as the server asks on tool_choice auto: `<tool_call>` made the likeliest token, the random
     # model's call after it is held to the shape (an integer, one of the enum's values).
-    integer_and_enum = {**TIMER, "properties": {k: v for k, v in TIMER["properties"].items() if k != "note"}}
-    calls = tuple(
-        CallShape(
-            shape.prefix_text,
-            integer_and_enum if shape.prefix_text.endswith("set_timer>\n") else shape.schema,
-            shape.suffix_text,
-            shape.params,
-        )
-        for shape in QWEN3_CODER.constraint.calls
-    )
-    constraint = Constraint(kind="tool_calls", calls=calls, triggers=(r"(<tool_call>)",))
+    constraint = lazy_single_call(QWEN3_CODER, r"(<tool_call>)")
     marker = tiny_model.tokenize("<tool_call>")
     assert len(marker) == 1
     sampling = SamplingParams(temperature=0.0, logit_bias={marker[0]: 30.0})
     request = GenerationRequest(text_prompt, 200, sampling=sampling, speculative="off", constraint=constraint)
     outcome = await run(tiny_model, request)
     assert outcome.last.finish_reason == "stop", outcome.text
-    found = re.fullmatch(r"<tool_call>\n<function=(\w+)>\n(.*)</function>\n</tool_call>", outcome.text, re.DOTALL)
-    assert found is not None, outcome.text
-    arguments = dict(re.findall(r"<parameter=(\w+)>\n(.*?)\n</parameter>\n", found[2], re.DOTALL))
-    if found[1] == "set_timer":
-        assert re.fullmatch(r"-?[0-9]+ ?", arguments["minutes"]) and arguments["sound"] in ("bell", "chime")
-        assert arguments.get("loud", "true").strip() in ("true", "false") and set(arguments) <= {
-            "minutes",
-            "sound",
-            "loud",
-        }
-    else:
-        assert found[1] == "stop_timer" and arguments == {}
+    calls = read_qwen3_coder(outcome.text)
+    assert calls is not None and len(calls) == 1, outcome.text
+    name, arguments = calls[0]
+    assert (name == "set_timer" and timer_arguments_are_valid(arguments)) or (name, arguments) == ("stop_timer", {})
