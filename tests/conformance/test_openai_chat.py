@@ -127,6 +127,25 @@ def test_logprobs(api: openai.OpenAI, model_id: str) -> None:
     assert content and all(item.logprob <= 0 and len(item.top_logprobs) == 2 for item in content)
 
 
+def test_streamed_logprobs_match_the_whole_reply(api: openai.OpenAI, model_id: str) -> None:
+    exact: Any = {"max_tokens": 6, "temperature": 0, "logprobs": True, "top_logprobs": 3}
+    exact["extra_body"] = {"speculative": "off", "ignore_eos": True}  # same tokens both times, all six
+    whole = api.chat.completions.create(model=model_id, messages=HELLO, **exact)
+    stream = api.chat.completions.create(model=model_id, messages=HELLO, stream=True, **exact)
+    streamed: list[Any] = []
+    for chunk in stream:
+        logprobs = chunk.choices[0].logprobs if chunk.choices else None
+        streamed += logprobs.content or [] if logprobs is not None else []
+    content = whole.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert content is not None and len(content) == 6 and len(streamed) == 6
+    for mine, theirs in zip(streamed, content, strict=True):
+        assert (mine.token, mine.bytes) == (theirs.token, theirs.bytes)
+        assert mine.logprob == pytest.approx(theirs.logprob, abs=1e-4)
+        assert [t.token for t in mine.top_logprobs] == [t.token for t in theirs.top_logprobs]
+        assert len(mine.top_logprobs) == 3 and mine.top_logprobs[0].logprob >= mine.top_logprobs[-1].logprob
+    assert "".join(item.token for item in streamed) == whole.choices[0].message.content
+
+
 def test_tool_choice_required_returns_a_parsable_call(api: openai.OpenAI, model_id: str) -> None:
     reply = api.chat.completions.create(
         model=model_id, messages=HELLO, tools=WEATHER + TIME, tool_choice="required", max_tokens=60, temperature=0
