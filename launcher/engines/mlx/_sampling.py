@@ -9,6 +9,8 @@ llama.cpp and vLLM): it computes the allowed-token mask straight from a Hugging 
 compiles JSON Schema itself, and is fast enough to run per token on the CPU. Its Lark dialect lets
 us wrap the JSON in literal text (tool-call tags), including added tokens such as `<tool_call>`,
 which we reference by id so that llguidance and the tokenizer agree on how they are spelled.
+A lazy constraint (`Constraint.triggers`) leaves the logits alone until the output matches a trigger
+(`LazyGrammarProcessor`, over the engine-neutral watch in launcher/engines/lazy_grammar.py).
 """
 
 from __future__ import annotations
