@@ -166,6 +166,7 @@ class Generation:
         self._capped = capped  # the server's --max-output-tokens set the limit
         self._stream = stream
         self._first: asyncio.Future[GenerationEvent] | None = first  # the engine's first event, maybe pending
+        self._first_event = first  # kept after it is read: `prompt_read` waits on it
         self._stops = [s for s in stops if s]
         self._metrics = metrics
         self._started = started
@@ -265,6 +266,16 @@ class Generation:
         completion = max(event.completion_tokens, self._completion_tokens)
         prompt = event.prompt_tokens or self.prompt_tokens
         return Usage(prompt, completion, cached)
+
+    def events(self) -> AsyncIterator[Chunk | Finish]:
+        """The `Chunk`s and the final `Finish` (the same as iterating the generation)."""
+        return self.__aiter__()
+
+    async def prompt_read(self) -> None:
+        """Return once the engine has read the prompt: its first event (the first token, or the end
+        of a request it refused or cut) has come. A later request of the same prompt started from
+        then on finds it in the engine's prefix cache (choices.py)."""
+        await asyncio.wait({self._first_event})
 
     @property
     def finished(self) -> bool:

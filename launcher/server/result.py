@@ -14,6 +14,7 @@ from starlette.requests import Request
 
 from launcher.engines.base import TokenLogprob
 from launcher.server.chat import ChatEvent, ChatStream, ReasoningDelta, TextDelta, ToolCallDelta
+from launcher.server.choices import Choices, RunT
 from launcher.server.generation import Chunk, Finish, cut_short
 from launcher.server.routes_common import collect_until_disconnect
 from launcher.server.toolcalls import ParsedToolCall
@@ -137,3 +138,19 @@ async def collect(
 async def chat_result(request: Request, run: ChatStream) -> ChatResult:
     """The whole reply of a chat run; a cut or failed generation is an HTTP error, not a reply."""
     return await collect(request, run.events(), run.aclose)
+
+
+async def choice_results(request: Request, choices: Choices[RunT], count: int) -> list[ChatResult]:
+    """The whole reply of each of a request's `count` choices, in order; as `collect`, one choice
+    cut or failed is the request's HTTP error (the other choices stop with it)."""
+    try:
+        items = await collect_until_disconnect(request, choices.events())
+    finally:
+        await choices.aclose()
+    builders = [ResultBuilder() for _ in range(count)]
+    for index, event in items:
+        builders[index].add(event)
+        cut = cut_short(event) if isinstance(event, Finish) else None
+        if cut is not None:
+            raise cut
+    return [builder.result() for builder in builders]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -18,11 +19,21 @@ from launcher.server.chat import (
     TextDelta,
     ToolCallDelta,
     normalize_history,
+    start_chat,
 )
+from launcher.server.choices import Choices, choice_seed, total_usage
 from launcher.server.errors import bad_request
-from launcher.server.generation import Chunk, GenerationSettings, cut_short, start_generation, tokenize_prompt
+from launcher.server.generation import (
+    Chunk,
+    Finish,
+    Generation,
+    GenerationSettings,
+    cut_short,
+    start_generation,
+    tokenize_prompt,
+)
 from launcher.server.model_slot import ModelSlot
-from launcher.server.result import chat_result, collect
+from launcher.server.result import ChatResult, choice_results
 from launcher.server.routes_common import new_id, parse_body, start_chat_request, state_of, stops_from
 from launcher.server.schemas_openai import (
     AssistantMessage,
@@ -101,31 +112,58 @@ def _tool_call(call: ParsedToolCall) -> ToolCallInfo:
 
 
 async def chat_completions(request: Request) -> Any:
-    """POST /v1/chat/completions (streaming and not)."""
+    """POST /v1/chat/completions (streaming and not; `n` choices, see choices.py)."""
     started = await start_chat_request(request, ChatCompletionRequest, chat_options, "chatcmpl-")
-    body, model_id, completion_id, run = started.body, started.served_model, started.reply_id, started.run
+    body, model_id, completion_id = started.body, started.served_model, started.reply_id
     created = int(time.time())
+
+    async def start(index: int) -> ChatStream:
+        return await _start_choice(request, body, completion_id, index)
+
+    choices = Choices(started.run, body.n, start)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         chunks = _ChatChunks(completion_id, created, model_id, include_usage)
         keepalive_s = state_of(request).keepalive_s
-        return EventStream(_chat_stream(run, chunks, body.logprobs, keepalive_s), run.aclose)
-    result = await chat_result(request, run)
+        return EventStream(_chat_stream(choices, body.n, chunks, body.logprobs, keepalive_s), choices.aclose)
+    results = await choice_results(request, choices, body.n)
+    completion = ChatCompletion(
+        id=completion_id,
+        created=created,
+        model=model_id,
+        choices=[_chat_choice(index, result, body.logprobs) for index, result in enumerate(results)],
+        usage=UsageInfo.of(total_usage(result.finish for result in results)),
+    )
+    return JSONResponse(completion.wire())
+
+
+async def _start_choice(request: Request, body: ChatCompletionRequest, reply_id: str, index: int) -> ChatStream:
+    """Start choice `index` (>= 1) of a chat request whose choice 0 runs (start_chat_request started
+    it, so the model is known and loaded), with the choice's own seed."""
+    options = chat_options(body)
+    options.settings.sampling = replace(options.settings.sampling, seed=choice_seed(body.seed, index))
+    options.settings.request_id = reply_id
+    state = state_of(request)
+    remote = await state.remote_entry(body.model)
+    if remote is not None:
+        return await state.remotes.start_chat(remote, options, state.metrics)
+    async with state.using(body.model, body.ttl) as slot:
+        return await start_chat(slot, options)
+
+
+def _chat_choice(index: int, result: ChatResult, want_logprobs: bool) -> ChatChoice:
     calls = [_tool_call(call) for call in result.tool_calls]
     message = AssistantMessage(
         content=result.text if (result.text or not calls) else None,
         reasoning_content=result.reasoning or None,
         tool_calls=calls or None,
     )
-    choice = ChatChoice(
+    return ChatChoice(
+        index=index,
         message=message,
-        logprobs=ChoiceLogprobs.of(result.logprobs) if body.logprobs else None,
+        logprobs=ChoiceLogprobs.of(result.logprobs) if want_logprobs else None,
         finish_reason=openai_finish(result.finish.reason),
     )
-    completion = ChatCompletion(
-        id=completion_id, created=created, model=model_id, choices=[choice], usage=UsageInfo.of(result.finish.usage)
-    )
-    return JSONResponse(completion.wire())
 
 
 class _ChatChunks:
@@ -142,24 +180,32 @@ class _ChatChunks:
         return data_event(chunk.wire_chunk(self.include_usage))
 
     def delta(
-        self, delta: ChatDelta, finish: OpenAIFinish | None = None, logprobs: ChoiceLogprobs | None = None
+        self,
+        index: int,
+        delta: ChatDelta,
+        finish: OpenAIFinish | None = None,
+        logprobs: ChoiceLogprobs | None = None,
     ) -> bytes:
-        return self.event([ChunkChoice(delta=delta, logprobs=logprobs, finish_reason=finish)])
+        return self.event([ChunkChoice(index=index, delta=delta, logprobs=logprobs, finish_reason=finish)])
 
 
 async def _chat_stream(
-    run: ChatStream, chunks: _ChatChunks, want_logprobs: bool, keepalive_s: float
+    choices: Choices[ChatStream], count: int, chunks: _ChatChunks, want_logprobs: bool, keepalive_s: float
 ) -> AsyncIterator[bytes]:
-    yield chunks.delta(ChatDelta(role="assistant", content=""))
-    async for event in with_keepalives(run.events(), keepalive_s):
-        if isinstance(event, KeepAlive):
+    for index in range(count):
+        yield chunks.delta(index, ChatDelta(role="assistant", content=""))
+    finishes: dict[int, Finish] = {}
+    async for item in with_keepalives(choices.events(), keepalive_s):
+        if isinstance(item, KeepAlive):
             yield COMMENT_KEEPALIVE
-        elif isinstance(event, TextDelta):
+            continue
+        index, event = item
+        if isinstance(event, TextDelta):
             if event.text or event.logprobs:
                 logprobs = ChoiceLogprobs.of(event.logprobs) if want_logprobs else None
-                yield chunks.delta(ChatDelta(content=event.text), logprobs=logprobs)
+                yield chunks.delta(index, ChatDelta(content=event.text), logprobs=logprobs)
         elif isinstance(event, ReasoningDelta):
-            yield chunks.delta(ChatDelta(reasoning_content=event.text))
+            yield chunks.delta(index, ChatDelta(reasoning_content=event.text))
         elif isinstance(event, ToolCallDelta):
             # The name first, then the arguments, as the hosted API streams them (clients join deltas).
             named = ToolCallInfo(
@@ -169,19 +215,21 @@ async def _chat_stream(
                 function=FunctionCallInfo(name=event.call.name, arguments=""),
             )
             arguments = ToolCallInfo(index=event.index, function=FunctionCallInfo(arguments=event.call.arguments))
-            yield chunks.delta(ChatDelta(tool_calls=[named]))
-            yield chunks.delta(ChatDelta(tool_calls=[arguments]))
+            yield chunks.delta(index, ChatDelta(tool_calls=[named]))
+            yield chunks.delta(index, ChatDelta(tool_calls=[arguments]))
         else:
+            finishes[index] = event
             cut = cut_short(event)
             if cut is not None:
                 # No finish chunk: every finish_reason says the reply is whole (or "length": ask to
                 # go on), so a reply cut by a stopping server or a failed engine ends with the error
-                # event the openai SDK raises, and a parser that skips it still sees no finish.
+                # event the openai SDK raises, and a parser that skips it still sees no finish. The
+                # choices' events end here (choices.py).
                 yield data_event(StreamError.of(cut))
             else:
-                yield chunks.delta(ChatDelta(), openai_finish(event.reason))
-            if chunks.include_usage:
-                yield chunks.event([], UsageInfo.of(event.usage))
+                yield chunks.delta(index, ChatDelta(), openai_finish(event.reason))
+            if chunks.include_usage and (cut is not None or len(finishes) == count):
+                yield chunks.event([], UsageInfo.of(total_usage(finishes[i] for i in sorted(finishes))))
     yield DONE
 
 
@@ -213,9 +261,16 @@ async def _complete(request: Request, slot: ModelSlot, body: CompletionRequest) 
         speculative=body.speculative,
         request_id=completion_id,
     )
-    generation = await start_generation(
-        model, slot.metrics, tokens, settings, output_cap=slot.config.max_output_tokens, live=slot.live
-    )
+
+    async def start(index: int) -> Generation:
+        seeded = replace(settings, sampling=replace(settings.sampling, seed=choice_seed(body.seed, index)))
+        return await start_generation(
+            model, slot.metrics, tokens, seeded, output_cap=slot.config.max_output_tokens, live=slot.live
+        )
+
+    # The same n choices as chat completions (choices.py): the later ones start once the first has read the
+    # prompt, and run on the model this request holds (its running generations keep it loaded).
+    choices = Choices(await start(0), body.n, start)
     created = int(time.time())
     echo = (prompt if isinstance(prompt, str) else model.detokenize(tokens)) if body.echo else ""
 
@@ -227,28 +282,38 @@ async def _complete(request: Request, slot: ModelSlot, body: CompletionRequest) 
 
         async def stream() -> AsyncIterator[bytes]:
             if echo:
-                yield data_event(payload([CompletionChoice(text=echo)]))
-            async for item in with_keepalives(generation.__aiter__(), keepalive_s):
+                for index in range(body.n):
+                    yield data_event(payload([CompletionChoice(index=index, text=echo)]))
+            finishes: dict[int, Finish] = {}
+            async for item in with_keepalives(choices.events(), keepalive_s):
                 if isinstance(item, KeepAlive):
                     yield COMMENT_KEEPALIVE
-                elif isinstance(item, Chunk):
-                    if item.text:
-                        yield data_event(payload([CompletionChoice(text=item.text)]))
-                else:
-                    cut = cut_short(item)
+                    continue
+                index, event = item
+                if isinstance(event, Chunk):
+                    if event.text:
+                        yield data_event(payload([CompletionChoice(index=index, text=event.text)]))
+                elif isinstance(event, Finish):
+                    finishes[index] = event
+                    cut = cut_short(event)
                     if cut is not None:  # an error and no finish, as a chat stream (_chat_stream)
                         yield data_event(StreamError.of(cut))
                     else:
-                        choice = CompletionChoice(text="", finish_reason=openai_finish(item.reason))
-                        yield data_event(payload([choice]))
-                    if include_usage:
-                        yield data_event(payload([], UsageInfo.of(item.usage)))
+                        finish = openai_finish(event.reason)
+                        yield data_event(payload([CompletionChoice(index=index, text="", finish_reason=finish)]))
+                    if include_usage and (cut is not None or len(finishes) == body.n):
+                        usage = total_usage(finishes[i] for i in sorted(finishes))
+                        yield data_event(payload([], UsageInfo.of(usage)))
             yield DONE
 
-        return EventStream(stream(), generation.aclose)
-    result = await collect(request, generation.__aiter__(), generation.aclose)
-    choice = CompletionChoice(text=echo + result.text, finish_reason=openai_finish(result.finish.reason))
-    return JSONResponse(payload([choice], UsageInfo.of(result.finish.usage)).wire())
+        return EventStream(stream(), choices.aclose)
+    results = await choice_results(request, choices, body.n)
+    completion_choices = [
+        CompletionChoice(index=index, text=echo + result.text, finish_reason=openai_finish(result.finish.reason))
+        for index, result in enumerate(results)
+    ]
+    usage = total_usage(result.finish for result in results)
+    return JSONResponse(payload(completion_choices, UsageInfo.of(usage)).wire())
 
 
 async def embeddings(request: Request) -> Response:

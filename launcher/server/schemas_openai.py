@@ -87,6 +87,14 @@ class StreamOptions(Lenient):
     include_usage: bool = False
 
 
+# The most choices one request may ask for (`n`). OpenAI allows 128, but here each choice is a whole
+# generation on the local machine: it holds one of the engine's parallel sequences (4 by default) or
+# a place in its wait queue (64 by default), so 128 would fill that queue for every other client and
+# keep a 2-core machine busy for minutes. 16 covers what clients ask n for (a few candidates to pick
+# from, self-consistency votes); more is a clear 400 rather than a long wait or a 429.
+MAX_CHOICES = 16
+
+
 class SamplingFields(GenerationFields):
     """Sampling knobs shared by chat and text completions."""
 
@@ -98,7 +106,7 @@ class SamplingFields(GenerationFields):
     repeat_penalty: float | None = Field(None, gt=0)
     logit_bias: dict[str, float] | None = None
     stop: str | list[str] | None = None
-    n: int = Field(1, ge=1, le=1)
+    n: int = Field(1, ge=1, le=MAX_CHOICES)
     stream_options: StreamOptions | None = None
     user: str | None = None
     ignore_eos: bool = False  # llama-server / vLLM extension: generate exactly max_tokens (benchmarks)
@@ -235,7 +243,7 @@ class ToolCallInfo(WireModel):
 
 
 class AssistantMessage(WireModel):
-    """`choices[0].message`: `content` is null when the reply is only tool calls."""
+    """`choices[i].message`: `content` is null when the reply is only tool calls."""
 
     role: Literal["assistant"] = "assistant"
     content: str | None
@@ -244,7 +252,7 @@ class AssistantMessage(WireModel):
 
 
 class ChatChoice(WireModel):
-    """`choices[0]` of a chat completion."""
+    """`choices[i]` of a chat completion (one per choice the request asked for with `n`)."""
 
     index: int = 0
     message: AssistantMessage
@@ -265,7 +273,7 @@ class ChatCompletion(WireModel):
 
 
 class ChatDelta(WireModel):
-    """`choices[0].delta` of a stream chunk: only what this chunk adds."""
+    """`choices[i].delta` of a stream chunk: only what this chunk adds."""
 
     role: Annotated[Literal["assistant"] | None, OMIT_IF_NONE] = None
     content: Annotated[str | None, OMIT_IF_NONE] = None
@@ -274,7 +282,7 @@ class ChatDelta(WireModel):
 
 
 class ChunkChoice(WireModel):
-    """`choices[0]` of a stream chunk."""
+    """The choice a stream chunk continues (`index`: which of the request's `n`)."""
 
     index: int = 0
     delta: ChatDelta
@@ -300,7 +308,7 @@ class ChatCompletionChunk(WireModel):
 
 
 class CompletionChoice(WireModel):
-    """`choices[0]` of a text completion."""
+    """`choices[i]` of a text completion, or the choice a stream chunk continues."""
 
     index: int = 0
     text: str
