@@ -210,6 +210,7 @@ class ChatRun:
     grammar: Literal["lazy", "required", "none"] = "none"  # the call grammar the reply ran under
     thinking: ReplySplitter | None = None  # None: the model does not think apart from its answer
     metrics: ModelMetrics | None = None  # where the calls are counted
+    tools: list[dict[str, Any]] | None = None  # the request's: they type tagged arguments, name fenced calls
 
     @property
     def prompt_tokens(self) -> int:
@@ -219,11 +220,11 @@ class ChatRun:
     async def events(self) -> AsyncIterator[ChatEvent]:
         """Text deltas and tool calls as they become certain, then the `Finish` ("tool_calls" when
         the reply made any)."""
-        parser = StreamingToolParser(self.tool_format) if self.tool_format else None
-        calls = 0
+        parser = StreamingToolParser(self.tool_format, self.tools) if self.tool_format else None
+        calls = repaired = 0
 
         def answer(text: str, logprobs: tuple[TokenLogprob, ...], final: bool) -> list[ChatEvent]:
-            nonlocal calls
+            nonlocal calls, repaired
             if parser is None:
                 return [TextDelta(text, logprobs)] if (text or logprobs) else []
             out: list[ChatEvent] = []
@@ -234,6 +235,7 @@ class ChatRun:
                 else:
                     out.append(ToolCallDelta(calls, event))
                     calls += 1
+                    repaired += event.repaired
             return out
 
         def split(text: str, logprobs: tuple[TokenLogprob, ...], final: bool) -> list[ChatEvent]:
@@ -257,19 +259,21 @@ class ChatRun:
                 continue
             for event in split("", (), True):
                 yield event
-            self._count_calls(calls, parser.left_as_text if parser is not None else 0)
+            self._count_calls(calls, repaired, parser.left_as_text if parser is not None else 0)
             reason: FinishReason = "tool_calls" if calls and item.reason in ("stop", "length") else item.reason
             yield replace(item, reason=reason)
 
-    def _count_calls(self, parsed: int, left_as_text: int) -> None:
-        """The reply's calls in the request log line and /metrics."""
+    def _count_calls(self, calls: int, repaired: int, left_as_text: int) -> None:
+        """The reply's calls in the request log line and /metrics (`calls` includes the `repaired` ones)."""
         record = current_request()
         if record is not None:
-            record.tool_calls += parsed
+            record.tool_calls += calls
+            record.calls_repaired += repaired
             record.calls_as_text += left_as_text
             record.tool_grammar = self.grammar if self.grammar != "none" else ""
         if self.metrics is not None:
-            for outcome, count in (("parsed", parsed), ("left_as_text", left_as_text)):
+            outcomes = (("parsed", calls - repaired), ("repaired", repaired), ("left_as_text", left_as_text))
+            for outcome, count in outcomes:
                 if count:
                     self.metrics.tool_calls.labels(self.metrics.name, outcome, self.grammar).inc(count)
 
@@ -428,4 +432,4 @@ async def start_chat(slot: ModelSlot, options: ChatOptions) -> ChatRun:
         thinking = HarmonySplitter()  # gpt-oss: analysis/final channels, whatever tools the template offers
     elif free and thinks:
         thinking = ThinkSplitter(starts_inside=opens_thinking)
-    return ChatRun(generation, tool_format, grammar, thinking, slot.metrics)
+    return ChatRun(generation, tool_format, grammar, thinking, slot.metrics, options.tools)

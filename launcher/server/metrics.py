@@ -321,9 +321,10 @@ class ServerMetrics:
             labels,
             registry=reg,
         )
-        # Tool calls the model started, by outcome ("parsed", "left_as_text": did not parse and reached the
-        # client as text) and by the grammar that constrained them ("lazy" on tool_choice auto, "required"
-        # for a forced call, "none").
+        # Tool calls the model started, by outcome ("parsed"; "repaired": parsed once a slip with one
+        # meaning was fixed, server/call_repair.py; "left_as_text": did not parse and reached the client
+        # as text) and by the grammar that constrained them ("lazy" on tool_choice auto, "required" for a
+        # forced call, "none").
         self.tool_calls = Counter(
             "launcher_tool_calls",
             "tool calls started, by outcome and grammar",

@@ -82,7 +82,8 @@ class RequestRecord:
     generated_tokens: int = 0
     draft_tokens: int = 0  # speculative decoding: draft tokens the engine verified for this request
     accepted_draft_tokens: int = 0  # ... and accepted (each one a generated token without a step of its own)
-    tool_calls: int = 0  # calls parsed out of the reply
+    tool_calls: int = 0  # calls parsed out of the reply (repaired ones included)
+    calls_repaired: int = 0  # of those, calls that parsed once a slip was fixed (server/call_repair.py)
     calls_as_text: int = 0  # calls started that did not parse (left as text for the client)
     tool_grammar: str = ""  # "lazy" or "required" when a call grammar constrained the reply
     ttft_s: float | None = None
@@ -118,6 +119,8 @@ class RequestRecord:
             ]
         if self.tool_calls or self.calls_as_text:
             parts.append(f"calls={self.tool_calls}" + (f" ({self.tool_grammar} grammar)" if self.tool_grammar else ""))
+            if self.calls_repaired:
+                parts.append(f"repaired={self.calls_repaired}")
             if self.calls_as_text:
                 parts.append(f"left-as-text={self.calls_as_text}")
         if self.ttft_s is not None:

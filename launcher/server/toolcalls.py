@@ -23,6 +23,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from launcher.engines.base import CallShape, Constraint
+from launcher.engines.call_shapes import is_raw_text
+from launcher.server.call_repair import repaired_json
 from launcher.server.json_prefix import is_json_prefix
 from launcher.server.templates import CALL_LIST_WRAP, ToolFormat
 
@@ -34,6 +36,7 @@ class ParsedToolCall:
     name: str
     arguments: str
     id: str = field(default_factory=lambda: "call_" + secrets.token_hex(12))
+    repaired: bool = field(default=False, compare=False)  # read once a slip was fixed (call_repair)
 
 
 @dataclass(frozen=True)
@@ -68,17 +71,28 @@ _MARKERS: dict[ToolFormat, dict[str, str | None]] = {
 }
 
 
+# A call written into the reply's text as a JSON code block, ```json\n{"name": ..., "arguments": ...}\n```
+# (small models do, when they were not trained on the family's markers): read as a call, and counted as
+# repaired, when it names one of the request's tools. Any other code block stays text.
+_FENCES: dict[str, str | None] = {"```json\n": "```", "```\n": "```"}
+
+
 # Small models put raw newlines inside JSON strings (code in a Write call); read them anyway.
 _DECODER = json.JSONDecoder(strict=False)
 
 
-def _arguments_json(value: Any) -> str:
+def _arguments_json(value: Any) -> str | None:
+    """The arguments as JSON text; None when they are text that is not JSON (no call a client can run)."""
     if isinstance(value, str):
         try:
             value = _DECODER.decode(value)
         except json.JSONDecodeError:
-            return str(value)
+            return None
     return json.dumps(value if value is not None else {}, ensure_ascii=False)
+
+
+def _repaired_calls(calls: list[ParsedToolCall] | None) -> list[ParsedToolCall] | None:
+    return None if calls is None else [replace(call, repaired=True) for call in calls]
 
 
 def _calls_from_json(value: Any) -> list[ParsedToolCall] | None:
@@ -93,8 +107,10 @@ def _calls_from_json(value: Any) -> list[ParsedToolCall] | None:
         name = item.get("name")
         if not isinstance(name, str) or not name:
             return None
-        args = item.get("arguments", item.get("parameters", {}))
-        calls.append(ParsedToolCall(name=name, arguments=_arguments_json(args)))
+        arguments = _arguments_json(item.get("arguments", item.get("parameters", {})))
+        if arguments is None:
+            return None
+        calls.append(ParsedToolCall(name=name, arguments=arguments))
     return calls or None
 
 
@@ -255,6 +271,11 @@ def _without_partial(text: str, marker: str) -> str:
     return text
 
 
+def _tool_name(tool: dict[str, Any]) -> str | None:
+    function = tool.get("function", tool)
+    return function.get("name") if isinstance(function, dict) else None
+
+
 def _tool_properties(tools: list[dict[str, Any]] | None, name: str) -> dict[str, Any]:
     for tool in tools or ():
         function = tool.get("function", tool)
@@ -296,11 +317,12 @@ def _is_type(value: Any, types: set[str]) -> bool:
 
 
 def _typed_value(raw: str, schema: Any) -> Any:
-    """A tagged argument's value: JSON where it reads as a type the schema allows, else the text itself.
-    Without a schema, JSON where it reads as JSON (`2` is a number, `Paris` a string)."""
-    types = _schema_types(schema)
-    if types == {"string"}:
+    """A tagged argument's value: the text itself where the schema lets it be a string (the rule the call
+    grammar writes values by: `call_shapes.is_raw_text`), else JSON where it reads as a type the schema
+    allows. Without a schema, JSON where it reads as JSON (`2` is a number, `Paris` a string)."""
+    if isinstance(schema, dict) and is_raw_text(schema):
         return raw
+    types = _schema_types(schema)
     try:
         value = _DECODER.decode(raw.strip())
     except json.JSONDecodeError:
@@ -437,8 +459,21 @@ def _body_state(
 ) -> tuple[BodyState, int]:
     """Can `body` (the text after a start marker, without its end marker) still become a call?
 
-    Also where the complete calls end, for "calls_then_text" (0 otherwise).
+    Also where the complete calls end, for "calls_then_text" (0 otherwise). A JSON body that can
+    become a call only once repaired (call_repair: a trailing comma, single quotes) is "possible".
     """
+    state = _written_body_state(fmt, body, end, tools)
+    if state[0] == "possible" or _reads_as_tagged(fmt, body):
+        return state
+    fixed = repaired_json(body)
+    if fixed is not None and _written_body_state(fmt, fixed, end, tools)[0] == "possible":
+        return "possible", 0
+    return state
+
+
+def _written_body_state(
+    fmt: ToolFormat, body: str, end: str | None, tools: list[dict[str, Any]] | None
+) -> tuple[BodyState, int]:
     if _reads_as_tagged(fmt, body):
         state, _, calls_end = _tagged_calls(fmt, body, end, tools)
         return ("possible" if state == "whole" else state), calls_end
@@ -474,7 +509,16 @@ def parse_call_body(
     fmt: ToolFormat, body: str, tools: list[dict[str, Any]] | None = None
 ) -> list[ParsedToolCall] | None:
     """Calls inside one tool-call region (after the start marker), or None if it does not parse.
-    `tools` (the request's) type the arguments of families that write them as tagged text."""
+    `tools` (the request's) type the arguments of families that write them as tagged text. A JSON
+    body that parses only once repaired (call_repair) gives calls marked `repaired`."""
+    calls = _written_calls(fmt, body, tools)
+    if calls is not None or _reads_as_tagged(fmt, body):
+        return calls
+    fixed = repaired_json(body)
+    return None if fixed is None else _repaired_calls(_written_calls(fmt, fixed, tools))
+
+
+def _written_calls(fmt: ToolFormat, body: str, tools: list[dict[str, Any]] | None) -> list[ParsedToolCall] | None:
     if _reads_as_tagged(fmt, body):
         state, calls, _ = _tagged_calls(fmt, body, None, tools)
         return calls if state == "whole" and calls else None
@@ -482,14 +526,18 @@ def parse_call_body(
         match = re.match(r"\s*([\w.\-]+)(.*?)<\|message\|>(.*)$", body, re.S)
         if not match:
             return None
-        return [ParsedToolCall(name=match.group(1), arguments=_arguments_json(match.group(3).strip()))]
+        arguments = _arguments_json(match.group(3).strip())
+        return None if arguments is None else [ParsedToolCall(name=match.group(1), arguments=arguments)]
     if fmt == "mistral" and "[ARGS]" in body:
         calls = []
         for part in body.split("[TOOL_CALLS]"):
             name, _, args = part.partition("[ARGS]")
             if not name.strip():
                 return None
-            calls.append(ParsedToolCall(name=name.strip(), arguments=_arguments_json(args.strip())))
+            arguments = _arguments_json(args.strip())
+            if arguments is None:
+                return None
+            calls.append(ParsedToolCall(name=name.strip(), arguments=arguments))
         return calls
     values = _decode_json_sequence(body)
     if values is None:
@@ -522,7 +570,8 @@ class StreamingToolParser:
     def __init__(self, fmt: ToolFormat, tools: list[dict[str, Any]] | None = None) -> None:
         self.fmt = fmt
         self.tools = tools
-        self.markers = _MARKERS[fmt]
+        self._tool_names = {_tool_name(tool) for tool in tools or ()}
+        self.markers = {**_MARKERS[fmt], **(_FENCES if self._tool_names else {})}
         self.buffer = ""
         self.in_call_start = ""  # start marker of the open call
         self.in_call_end: str | None = None  # end marker of the open call
@@ -550,7 +599,7 @@ class StreamingToolParser:
                 end = self.in_call_end
                 if end is not None and end in self.buffer:
                     body, _, rest = self.buffer.partition(end)
-                    if _body_state(self.fmt, body, None, self.tools)[0] != "impossible":
+                    if self._state(body, None)[0] != "impossible":
                         self.buffer, self.in_call = rest, False
                         events.extend(self._close_call(body, end))
                         continue
@@ -564,7 +613,8 @@ class StreamingToolParser:
                 if verdict == "impossible":
                     # Not a call: the marker is text, and the body is read again as text (it may
                     # hold a real call further on).
-                    self.left_as_text += 1
+                    if not self._fenced:  # a code block is only a call when it parses
+                        self.left_as_text += 1
                     if not self._bare_json:
                         events.append(TextPiece(self.in_call_start))
                     continue
@@ -609,14 +659,33 @@ class StreamingToolParser:
         if size - self._checked_size < max(1, size // 32):
             return "possible", 0
         self._checked_size = size
-        return _body_state(self.fmt, self.buffer, self.in_call_end, self.tools)
+        return self._state(self.buffer, self.in_call_end)
+
+    @property
+    def _fenced(self) -> bool:
+        """The open call is a JSON code block in the text (see _FENCES)."""
+        return self.in_call_start in _FENCES
+
+    def _state(self, body: str, end: str | None) -> tuple[BodyState, int]:
+        if self._fenced:
+            return _body_state("hermes", body, end)  # a code block holds hermes-style JSON calls
+        return _body_state(self.fmt, body, end, self.tools)
+
+    def _calls(self, body: str) -> list[ParsedToolCall] | None:
+        if not self._fenced:
+            return parse_call_body(self.fmt, body, self.tools)
+        calls = parse_call_body("hermes", body)
+        if calls is None or any(call.name not in self._tool_names for call in calls):
+            return None  # a code block of JSON that calls none of the request's tools: text
+        return _repaired_calls(calls)
 
     def _close_call(self, body: str, end: str | None) -> list[ParserEvent]:
-        calls = parse_call_body(self.fmt, body, self.tools)
+        calls = self._calls(body)
         if calls is not None:
             return list(calls)
         # Not a call after all: give the client the text the model wrote.
-        self.left_as_text += 1
+        if not self._fenced:
+            self.left_as_text += 1
         if self._bare_json:
             return [TextPiece(body)]
         return [TextPiece(self.in_call_start + body + (end or ""))]
