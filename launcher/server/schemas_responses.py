@@ -136,7 +136,10 @@ class ResponseError(WireModel):
     @classmethod
     def of(cls, err: ApiError) -> ResponseError:
         """The error the same request would have got before any output. Codex retries a failed
-        response unless its code says retrying cannot help, and only a refused request is that."""
+        response unless its code says retrying cannot help, and only a refused request is that; a
+        prompt over the context keeps its own code, the one Codex answers by compacting the conversation."""
+        if err.code == "context_length_exceeded":
+            return cls(code=err.code, message=err.message)
         return cls(code="invalid_prompt" if err.status < 500 else "server_error", message=err.message)
 
 

@@ -63,6 +63,8 @@ def test_responses_stream_fails_with_the_overflow_error(url: str) -> None:
         events = list(api.responses.create(model="cold", input=LONG, stream=True))
     failed: Any = events[-1]
     assert failed.type == "response.failed" and failed.response.status == "failed"
+    # Codex compacts the conversation on this code; on any other it retries the same prompt
+    assert failed.response.error.code == "context_length_exceeded"
     assert_says_how_long(failed.response.error.message)
 
 
