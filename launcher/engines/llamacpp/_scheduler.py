@@ -381,7 +381,11 @@ class Scheduler(SchedulerThread[Job]):
             pointer = self._ll.llama_get_logits_ith(self._ctx, row)
             logprobs = (token_logprob(pointer, self._n_vocab, token, job.request.logprobs, self._piece_text),)
         text = slot.decoder.decode(self._piece(token))
-        self._events.emit(job, GenerationEvent(token_ids=(token,), text=text, logprobs=logprobs))
+        # the cached share rides on every token: the server counts the prompt it read at the first one
+        event = GenerationEvent(
+            token_ids=(token,), text=text, logprobs=logprobs, cached_prompt_tokens=slot.cached_prompt_tokens
+        )
+        self._events.emit(job, event)
         # check_prompt bounded max_tokens by the context, so the last token still has a cell
         if slot.n_generated >= job.request.max_tokens:
             self._finish(slot, "length")

@@ -251,7 +251,11 @@ class Scheduler(SchedulerThread[Job]):
         logprobs: tuple[TokenLogprob, ...] = ()
         if job.request.logprobs is not None:
             logprobs = (self._logprob(token, response.logprobs, job.request.logprobs),)
-        self._events.emit(job, GenerationEvent(token_ids=(token,), text=text, logprobs=logprobs))
+        # the cached share rides on every token: the server counts the prompt it read at the first one
+        event = GenerationEvent(
+            token_ids=(token,), text=text, logprobs=logprobs, cached_prompt_tokens=job.cached_prompt_tokens
+        )
+        self._events.emit(job, event)
         if response.finish_reason is not None:
             self._finish(job, "length")
         return True

@@ -109,6 +109,8 @@ async def test_prefix_cache_hit_gives_the_same_tokens(tiny_model: LlamaCppModel)
     after = tiny_model.stats()
     assert again.tokens == first.tokens
     assert again.last.cached_prompt_tokens == len(first_prompt) - 1
+    # ... and so does the first token's event, which the server's prefill figures read
+    assert again.events[0].token_ids and again.events[0].cached_prompt_tokens == len(first_prompt) - 1
     assert after.prefix_cache_hits >= before.prefix_cache_hits + 1
     assert after.prefix_cache_hit_tokens >= before.prefix_cache_hit_tokens + len(first_prompt) - 1
 

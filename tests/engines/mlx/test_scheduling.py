@@ -59,6 +59,8 @@ async def test_a_repeated_prompt_hits_the_prefix_cache_with_identical_output(tin
         warm = await run(model, exact(prompt, 10))
         assert warm.tokens == cold.tokens
         assert warm.last.cached_prompt_tokens == len(prompt) - 1
+        # ... and so does the first token's event, which the server's prefill figures read
+        assert warm.events[0].token_ids and warm.events[0].cached_prompt_tokens == len(prompt) - 1
         stats = model.stats()
         assert stats.prefix_cache_hits == 1 and stats.prefix_cache_hit_tokens == len(prompt) - 1
         longer = prompt + model.tokenize("<|im_start|>user\nAnd tomorrow?<|im_end|>\n<|im_start|>assistant\n")
