@@ -23,12 +23,14 @@ class JobSpec:
     grammar: str | None  # llguidance Lark grammar (see _constraints) or None
     top_logprobs: int | None  # None: no logprobs; N: the chosen token's and the top-N alternatives'
     identifier: object  # handed back in every result dict of this job
+    triggers: tuple[str, ...] = ()  # a lazy grammar's triggers (Constraint.triggers); () = constrained throughout
 
 
 class Backend(Protocol):
     """A loaded runtime: tokenizer, generator and cache. Only the scheduler thread calls the generator."""
 
     version: str
+    lazy_constraints: bool  # make_job can run lazy grammars (JobSpec.triggers)
 
     def encode(self, text: str, *, add_bos: bool, special: bool) -> list[int]:
         """Text to token ids with the runtime's tokenizer (special-token text parsed when `special`)."""

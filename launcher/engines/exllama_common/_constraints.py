@@ -4,7 +4,8 @@ ExLlamaV3 ships `LLGuidanceFilter(tokenizer, lark_grammar=...)` (exllamav3/gener
 llguidance.py); for ExLlamaV2, `exllamav2/_filter.py` wraps the same grammar in an ExLlamaV2Filter.
 A Lark grammar lets the JSON be wrapped in literal text (`prefix_text`/`suffix_text`, e.g.
 `<tool_call>` ... `</tool_call>`): `start: "<tool_call>" %json {...} "</tool_call>"`.
-See llguidance docs/syntax.md for `%json` and `/regex/` terminals.
+See llguidance docs/syntax.md for `%json` and `/regex/` terminals. A lazy constraint's triggers
+(`checked_triggers`) travel beside the grammar to the engines' lazy filters (_grammar_matcher.py).
 """
 
 from __future__ import annotations
@@ -60,6 +61,16 @@ def _body(constraint: Constraint) -> str:
             raise ConstraintError("regex constraint without a pattern")
         return "/" + constraint.pattern.replace("/", "\\/") + "/"
     raise ConstraintError(f"constraint kind {constraint.kind!r} is not supported by the ExLlama engines")
+
+
+def checked_triggers(constraint: Constraint) -> tuple[str, ...]:
+    """A lazy constraint's triggers, each a valid Python regular expression (lazy_grammar searches with `re`)."""
+    for trigger in constraint.triggers:
+        try:
+            re.compile(trigger)
+        except re.error as err:  # the server's own patterns: a bug, said plainly
+            raise ConstraintError(f"a lazy constraint's trigger {trigger!r} is not a valid pattern: {err}") from None
+    return tuple(constraint.triggers)
 
 
 def grammar_for(constraint: Constraint, special_tokens: Mapping[str, int] | None = None) -> str:

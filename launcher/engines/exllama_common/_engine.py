@@ -72,11 +72,12 @@ class RuntimeTokenizer:
 class GeneratorBackend:
     """The part of a `Backend` both runtimes share once their dynamic generator exists.
 
-    Subclasses set `_tokenizer` (RuntimeTokenizer), `_generator`, `_model` and `_torch` in their
-    `__init__` and add `make_job`; the generator calls are the same in exllamav2 and exllamav3
+    Subclasses set `lazy_constraints`, `_tokenizer` (RuntimeTokenizer), `_generator`, `_model` and
+    `_torch` in their `__init__` and add `make_job`; the generator calls are the same in exllamav2 and exllamav3
     (generator.py of each: enqueue(job), cancel(job), iterate() -> list of result dicts).
     """
 
+    lazy_constraints: bool
     _tokenizer: RuntimeTokenizer
     _generator: Any
     _model: Any

@@ -16,7 +16,7 @@ from launcher.core.errors import EngineError
 from launcher.engines._jobs import check_prompt
 from launcher.engines.base import EngineStats, GenerationEvent, GenerationRequest, ModelInfo
 from launcher.engines.exllama_common._backend import Backend, JobSpec
-from launcher.engines.exllama_common._constraints import ConstraintError, grammar_for
+from launcher.engines.exllama_common._constraints import ConstraintError, checked_triggers, grammar_for
 from launcher.engines.exllama_common._scheduler import Job, Scheduler
 from launcher.engines.exllama_common._sizing import CachePlan
 
@@ -36,6 +36,8 @@ class ExLlamaModel:
         self.info = info
         self._special_tokens = dict(special_tokens or {})  # added tokens' text -> id, for grammars
         self._backend = backend
+        # The server gives a lazy call grammar on tool_choice "auto" to models that say they run them.
+        self.lazy_constraints = backend.lazy_constraints
         self._plan = plan
         self._closed = False
         self._eos = info.eos_token_ids
@@ -63,12 +65,16 @@ class ExLlamaModel:
         """
         checked = check_prompt(request, vocab_size=self.info.vocab_size, context=self.info.context_length)
         problem = checked.problem
-        grammar = None
+        grammar: str | None = None
+        triggers: tuple[str, ...] = ()
         if problem is None and request.constraint is not None:
             try:
                 grammar = grammar_for(request.constraint, self._special_tokens)
+                triggers = checked_triggers(request.constraint)
             except ConstraintError as err:
                 problem = str(err)
+            if triggers and not self.lazy_constraints:  # the server only sends them where the model says so
+                problem = f"{self.info.engine} {self.info.engine_version} cannot run lazy grammars"
         spec = JobSpec(
             prompt=list(request.prompt_tokens),
             max_new_tokens=checked.request.max_tokens,
@@ -77,6 +83,7 @@ class ExLlamaModel:
             grammar=grammar,
             top_logprobs=request.logprobs,
             identifier=None,
+            triggers=triggers,
         )
         job = Job(request=checked.request, spec=spec, loop=asyncio.get_running_loop(), queue=asyncio.Queue())
         job.spec = dataclasses.replace(spec, identifier=job)

@@ -35,7 +35,7 @@ from launcher.engines.exllama_common._availability import (
 )
 from launcher.engines.exllama_common._backend import JobSpec
 from launcher.engines.exllama_common._engine import ExLlamaEngineBase, GeneratorBackend, RuntimeTokenizer
-from launcher.engines.exllama_common._grammar_matcher import GrammarMatcher, load_ll_tokenizer
+from launcher.engines.exllama_common._grammar_matcher import GrammarMatcher, LazyGrammarMatcher, load_ll_tokenizer
 from launcher.engines.exllama_common._hf_files import HfModelFiles
 from launcher.engines.exllama_common._sampling import v2_settings_kwargs
 from launcher.engines.exllama_common._sizing import CachePlan
@@ -87,6 +87,8 @@ def batching_problem(machine: Machine, env: Environment) -> str | None:
 
 class V2Backend(GeneratorBackend):
     """An EXL2 model, its cache and the dynamic generator (called from the scheduler thread)."""
+
+    lazy_constraints = True  # our own filter (_filter.py) waits for the trigger (never run on a GPU yet)
 
     def __init__(self, runtime: V2Runtime, files: HfModelFiles, plan: CachePlan, kv_cache_type: str) -> None:
         ex, torch = runtime.exllamav2, runtime.torch
@@ -144,7 +146,8 @@ class V2Backend(GeneratorBackend):
             if self._ll_tokenizer is None:
                 self._ll_tokenizer = load_ll_tokenizer(self._files.directory, self._files.eos_token_ids)
             matcher = GrammarMatcher(self._ll_tokenizer, spec.grammar, self._vocab_size, self._files.eos_token_ids)
-            filters = [self._filter_class(self._model, self._tokenizer.tokenizer, matcher)]
+            lazy = LazyGrammarMatcher(matcher, spec.triggers) if spec.triggers else None
+            filters = [self._filter_class(self._model, self._tokenizer.tokenizer, lazy or matcher)]
         return self._gen.ExLlamaV2DynamicJob(
             input_ids=self._tokenizer.input_ids(spec.prompt),
             max_new_tokens=spec.max_new_tokens,

@@ -12,6 +12,9 @@ generator/generator.py, generator/job.py):
         [LLGuidanceFilter(tokenizer, lark_grammar=, eos_after_completed=True)], return_top_tokens=,
         return_probs=, identifier=)
 
+A lazy grammar (tool calls on tool_choice "auto") runs in our own Filter subclass (_filter.py, never run
+on a GPU) instead of LLGuidanceFilter.
+
 Verified only on an NVIDIA GPU (scripts/gpu-check); CPU tests use tests/engines/exllama/standin.py.
 """
 
@@ -28,9 +31,11 @@ from launcher.engine_specs import Availability
 from launcher.engines.exllama_common._availability import Environment, check_cuda_engine, describe
 from launcher.engines.exllama_common._backend import JobSpec
 from launcher.engines.exllama_common._engine import ExLlamaEngineBase, GeneratorBackend, RuntimeTokenizer
+from launcher.engines.exllama_common._grammar_matcher import GrammarMatcher, LazyGrammarMatcher, load_ll_tokenizer
 from launcher.engines.exllama_common._hf_files import HfModelFiles
 from launcher.engines.exllama_common._sampling import combo_sampler_kwargs
 from launcher.engines.exllama_common._sizing import CachePlan
+from launcher.engines.exllamav3._filter import lazy_filter_class, runs_lazy_filters
 from launcher.engines.exllamav3.spec import SPEC
 from launcher.hardware.machine import Machine
 
@@ -88,12 +93,26 @@ class V3Backend(GeneratorBackend):
             model=self._model, cache=self._cache, tokenizer=self._tokenizer.tokenizer, max_batch_size=plan.parallel
         )
         self._torch = torch
+        self._files = files
+        self.lazy_constraints = runs_lazy_filters(ex.Filter)
+        self._lazy_filter_class = lazy_filter_class(ex.Filter, torch)
+        self._ll_tokenizer: object | None = None
+
+    def _lazy_filter(self, grammar: str, triggers: tuple[str, ...]) -> Any:
+        """Our Filter over a LazyGrammarMatcher, which has its own llguidance tokenizer (built once)."""
+        files = self._files
+        if self._ll_tokenizer is None:
+            self._ll_tokenizer = load_ll_tokenizer(files.directory, files.eos_token_ids)
+        matcher = GrammarMatcher(self._ll_tokenizer, grammar, files.vocab_size, files.eos_token_ids)
+        return self._lazy_filter_class(self._tokenizer.tokenizer, LazyGrammarMatcher(matcher, triggers))
 
     def make_job(self, spec: JobSpec) -> Any:
         """An exllamav3 Job for this request."""
         ex = self._ex
         filters = None
-        if spec.grammar is not None:
+        if spec.grammar is not None and spec.triggers:
+            filters = [self._lazy_filter(spec.grammar, spec.triggers)]
+        elif spec.grammar is not None:
             # exllamav3/generator/filter/llguidance.py; eos_after_completed ends the job with the grammar.
             filters = [
                 ex.LLGuidanceFilter(self._tokenizer.tokenizer, lark_grammar=spec.grammar, eos_after_completed=True)

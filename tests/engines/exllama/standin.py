@@ -3,14 +3,15 @@
 THE EXLLAMA ENGINES ARE VERIFIED ONLY ON AN NVIDIA GPU (scripts/gpu-check). This stand-in lets
 CI test everything above the runtime calls: the class and method names and keyword arguments
 are those of upstream exllamav3 (Config.from_directory, Model.from_config/load, Cache, Tokenizer,
-Generator.enqueue/iterate/cancel, Job, ComboSampler, LLGuidanceFilter) and exllamav2
+Generator.enqueue/iterate/cancel, Job, ComboSampler, Filter, LLGuidanceFilter) and exllamav2
 (ExLlamaV2Config, ExLlamaV2, ExLlamaV2Cache*, load_autosplit, ExLlamaV2DynamicGenerator,
 ExLlamaV2DynamicJob, ExLlamaV2Sampler.Settings, ExLlamaV2Filter), with their documented checks
 (cache size a multiple of the 256-token page, unpaged mode = one job). Unknown keyword
 arguments raise TypeError, so a misspelt argument fails a test.
 
 It "generates" deterministically: each active job gets one token per iterate() from the real
-tokenizer's ordinary vocabulary; with a grammar filter it picks, among the tokens the real
+tokenizer's ordinary vocabulary (after `Behaviour.lead`, text it writes first); while a filter
+constrains the step (driven as each runtime drives its filters) it picks, among the tokens the real
 llguidance matcher allows, the one that closes structures soonest. Everything it was asked to do
 is recorded (`runtime.log`) for the tests to check.
 """

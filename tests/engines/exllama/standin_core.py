@@ -10,9 +10,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from launcher.engines.exllama_common._grammar_matcher import GrammarMatcher, load_ll_tokenizer
+import numpy as np
 
 if TYPE_CHECKING:
     from tests.engines.exllama.standin import Runtime
@@ -24,13 +24,24 @@ PAGE_SIZE = 256
 
 
 class FakeTensor:
-    """Nested lists with the few tensor methods the engines call."""
+    """Nested lists (or a numpy array, from torch.from_numpy) with the few tensor methods the engines call."""
 
     def __init__(self, data: Any) -> None:
         self.data = data
 
     def tolist(self) -> Any:
+        if isinstance(self.data, np.ndarray):
+            return self.data.tolist()
         return json.loads(json.dumps(self.data))
+
+    def item(self) -> Any:
+        return np.asarray(self.data).item()
+
+    def numpy(self) -> np.ndarray:
+        return np.asarray(self.data)
+
+    def unsqueeze(self, dim: int) -> FakeTensor:
+        return FakeTensor(np.expand_dims(np.asarray(self.data), dim))
 
     def __setitem__(self, index: int, value: float) -> None:
         self.data[index] = value
@@ -49,7 +60,7 @@ class OutOfMemoryError(RuntimeError):
 
 
 def make_torch(*, devices: int = 1) -> SimpleNamespace:
-    """torch.tensor/zeros/long/float and torch.cuda as the engines use them."""
+    """torch.tensor/zeros/from_numpy/long/float/int32 and torch.cuda as the engines use them."""
     cuda = SimpleNamespace(
         is_available=lambda: True,
         device_count=lambda: devices,
@@ -61,7 +72,9 @@ def make_torch(*, devices: int = 1) -> SimpleNamespace:
         version=SimpleNamespace(cuda="12.4"),
         long="int64",
         float="float32",
+        int32="int32",
         tensor=lambda data, dtype=None: FakeTensor(json.loads(json.dumps(data))),
+        from_numpy=FakeTensor,
         zeros=lambda shape, dtype=None: FakeTensor([0.0] * shape[0]),
         cuda=cuda,
     )
@@ -78,6 +91,9 @@ class Behaviour:
     step_delay_s: float = 0.0  # sleep per iterate() (so a test can cancel mid-stream)
     fail_load: Exception | None = None  # raised by model.load / load_autosplit
     fail_iterate: Exception | None = None  # raised by the next iterate()
+    # Text each job writes first, token by token wherever its filters allow it, as a trained model writes
+    # a call marker once it decides to call; then the usual choice.
+    lead: str = ""
 
 
 @dataclass
@@ -131,20 +147,17 @@ class StandinTokenizer:
 _CLOSERS = '"}]:,0123456789'
 
 
-class GrammarFilter:
-    """exllamav3.LLGuidanceFilter / an ExLlamaV2Filter, backed by the real llguidance matcher."""
+class JobFilters(Protocol):
+    """A job's filters as each runtime drives them (standin_v2.V2Filters, standin_v3.V3Filters)."""
 
-    def __init__(self, tokenizer: StandinTokenizer, grammar: str) -> None:
-        eos = (tokenizer.eos_token_id,)
-        self.matcher = GrammarMatcher(
-            load_ll_tokenizer(tokenizer.directory, eos), grammar, tokenizer.tokenizer.get_vocab_size(), eos
-        )
+    def start(self, job: Any, generator: StandinGenerator) -> None:
+        """The job became active."""
 
-    def allowed(self) -> tuple[frozenset[int], frozenset[int]]:
-        return self.matcher.allowed()
+    def allowed(self) -> tuple[frozenset[int], frozenset[int]] | None:
+        """(tokens allowed next, tokens that end the output), or None when no filter constrains this step."""
 
-    def feed(self, token: int) -> None:
-        self.matcher.consume(token)
+    def feed(self, token: int) -> bool:
+        """A token was sampled; True ends the job (eos_reason "end_filter")."""
 
 
 class StandinGenerator:
@@ -159,6 +172,7 @@ class StandinGenerator:
         self.active_jobs: list[Any] = []
         self.seen_prompts: list[list[int]] = []
         self.serial = 0
+        self.padded_vocab_size = -(-tokenizer.tokenizer.get_vocab_size() // 32) * 32
 
     def num_remaining_jobs(self) -> int:
         return len(self.pending_jobs) + len(self.active_jobs)
@@ -206,6 +220,8 @@ class StandinGenerator:
             self.active_jobs.append(job)
             job.cached_tokens = self._cached(job.prompt)
             self.seen_prompts.append(job.prompt)
+            if job.grammar is not None:
+                job.grammar.start(job, self)
             results.append(
                 {
                     "job": job,
@@ -233,11 +249,16 @@ class StandinGenerator:
 
     def _choose(self, job: Any) -> int:
         position = job.new_tokens
-        stop_after = self.runtime.behaviour.stop_after
-        if job.stop_tokens and stop_after is not None and position >= stop_after and job.grammar is None:
+        behaviour = self.runtime.behaviour
+        constraint = job.grammar.allowed() if job.grammar is not None else None
+        lead = self.tokenizer.tokenizer.encode(behaviour.lead, add_special_tokens=False).ids
+        if position < len(lead) and (constraint is None or lead[position] in constraint[0]):
+            return int(lead[position])
+        stopping = behaviour.stop_after is not None and position >= behaviour.stop_after
+        if job.stop_tokens and stopping and constraint is None:
             return int(job.stop_tokens[0])
-        if job.grammar is not None:
-            allowed, ending = job.grammar.allowed()
+        if constraint is not None:
+            allowed, ending = constraint
             if ending & set(job.stop_tokens or ()):
                 return min(ending)
 
@@ -262,8 +283,7 @@ class StandinGenerator:
                 "eos_triggering_token_id": token,
                 **self._usage(job),
             }
-        if job.grammar is not None:
-            job.grammar.feed(token)
+        ended_by_filter = job.grammar.feed(token) if job.grammar is not None else False
         job.new_tokens += 1
         out = {
             **base,
@@ -280,7 +300,7 @@ class StandinGenerator:
         if job.new_tokens >= job.max_new_tokens:
             self.active_jobs.remove(job)
             out.update(eos=True, eos_reason="max_new_tokens", **self._usage(job))
-        elif job.grammar is not None and job.grammar.matcher._matcher.is_stopped() and job.end_on_grammar:
+        elif ended_by_filter:
             self.active_jobs.remove(job)
             out.update(eos=True, eos_reason="end_filter", **self._usage(job))
         return out
@@ -301,8 +321,7 @@ class _JobState:
         identifier: Any,
         return_top_tokens: int,
         return_probs: bool,
-        grammar: GrammarFilter | None,
-        end_on_grammar: bool,
+        grammar: JobFilters | None,
     ) -> None:
         assert isinstance(input_ids, FakeTensor) and len(input_ids.shape) == 2 and input_ids.shape[0] == 1, (
             "input_ids must be [1, seq_len] tensor"
@@ -315,7 +334,6 @@ class _JobState:
         self.return_top_tokens = return_top_tokens
         self.return_probs = return_probs
         self.grammar = grammar
-        self.end_on_grammar = end_on_grammar
         self.new_tokens = 0
         self.cached_tokens = 0
         self.serial_number = -1

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from tests.engines.exllama.standin_core import PAGE_SIZE, StandinGenerator, StandinTokenizer, _JobState
+from tests.engines.exllama.standin_core import PAGE_SIZE, FakeTensor, StandinGenerator, StandinTokenizer, _JobState
 
 if TYPE_CHECKING:
     from tests.engines.exllama.standin import Runtime
@@ -120,20 +120,32 @@ def make_v2(runtime: Runtime) -> tuple[SimpleNamespace, SimpleNamespace, SimpleN
 
     ExLlamaV2Sampler.Settings = Settings  # type: ignore[attr-defined]
 
-    class V2Filter:
-        """Adapts the engine's ExLlamaV2Filter subclass (begin/feed/next) to the stand-in generator."""
+    class V2Filters:
+        """A job's ExLlamaV2Filters as exllamav2 drives them (generator/dynamic.py, generator/sampler.py):
+        begin("") before the first sample, next() per step, where (None, None) constrains nothing,
+        feed(token) after each sample. Ending on `end_tokens` is left to the stop tokens here."""
 
-        def __init__(self, inner: Any) -> None:
-            self.inner = inner
-            self.matcher = inner.matcher
-            inner.begin("")
+        def __init__(self, filters: list[Any]) -> None:
+            self.filters = filters
+            self.constrained_steps = 0  # steps at which some filter returned a token set
 
-        def allowed(self) -> tuple[frozenset[int], frozenset[int]]:
-            passed, ending = self.inner.next()
-            return frozenset(passed), frozenset(ending)
+        def start(self, job: Any, generator: Any) -> None:
+            for f in self.filters:
+                f.begin("")
 
-        def feed(self, token: int) -> None:
-            self.inner.feed(token)
+        def allowed(self) -> tuple[frozenset[int], frozenset[int]] | None:
+            answers = [f.next() for f in self.filters]
+            sets = [(frozenset(p), frozenset(e or ())) for p, e in answers if p is not None]
+            if not sets:
+                return None
+            self.constrained_steps += 1
+            passed = frozenset.intersection(*(p for p, _ in sets))
+            return passed, frozenset().union(*(e for _, e in sets))
+
+        def feed(self, token: int) -> bool:
+            for f in self.filters:
+                f.feed(FakeTensor([[token]]))
+            return False
 
     class ExLlamaV2DynamicGenerator(StandinGenerator):
         def __init__(
@@ -181,7 +193,7 @@ def make_v2(runtime: Runtime) -> tuple[SimpleNamespace, SimpleNamespace, SimpleN
             **kwargs: Any,
         ) -> None:
             self.gen_settings = gen_settings
-            grammar = V2Filter(filters[0]) if filters else None
+            grammar = V2Filters(filters) if filters else None
             self._setup(
                 input_ids,
                 max_new_tokens,
@@ -191,7 +203,6 @@ def make_v2(runtime: Runtime) -> tuple[SimpleNamespace, SimpleNamespace, SimpleN
                 return_top_tokens,
                 return_probs,
                 grammar,
-                False,
             )
 
     core = SimpleNamespace(

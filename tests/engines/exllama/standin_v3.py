@@ -1,8 +1,9 @@
 """The exllamav3 part of the stand-in: upstream's names and keyword arguments (see standin.py).
 
 Signatures follow exllamav3's model/config.py, model/model.py (load_gen), cache/cache.py, tokenizer/tokenizer.py,
-generator/generator.py, generator/job.py, generator/sampler/presets.py (ComboSampler) and
-generator/filter/llguidance.py. THE EXLLAMA ENGINES ARE VERIFIED ONLY ON AN NVIDIA GPU.
+generator/generator.py, generator/job.py, generator/sampler/presets.py (ComboSampler), and
+generator/filter/filter.py and llguidance.py as of 1.4.1 (the first release with LLGuidanceFilter).
+THE EXLLAMA ENGINES ARE VERIFIED ONLY ON AN NVIDIA GPU.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from tests.engines.exllama.standin_core import PAGE_SIZE, GrammarFilter, StandinGenerator, StandinTokenizer, _JobState
+import numpy as np
+
+from launcher.engines.exllama_common._grammar_matcher import GrammarMatcher, load_ll_tokenizer
+from tests.engines.exllama.standin_core import PAGE_SIZE, StandinGenerator, StandinTokenizer, _JobState
 
 if TYPE_CHECKING:
     from tests.engines.exllama.standin import Runtime
@@ -107,7 +111,59 @@ def make_v3(runtime: Runtime) -> SimpleNamespace:
         ) -> None:
             self.settings = {k: v for k, v in locals().items() if k != "self"}
 
-    class LLGuidanceFilter(GrammarFilter):
+    class Filter:
+        """exllamav3.Filter (generator/filter/filter.py, 1.4.1) without the rewind journal (banned strings)."""
+
+        def __init__(
+            self, tokenizer: Tokenizer, trigger_token: int | None, prefix_str: str | None, eos_after_completed: bool
+        ) -> None:
+            self.tokenizer = tokenizer
+            self.trigger_token = trigger_token
+            self.prefix_str = prefix_str
+            self.eos_after_completed = eos_after_completed
+            self.job: Any = None
+            self.generator: Any = None
+            self.vocab_size: int | None = None
+            self.is_active = trigger_token is None
+
+        def feed(self, token: int) -> bool:
+            if not self.is_active:
+                if token == self.trigger_token:
+                    self.is_active = True
+                    self.reset()
+                return False
+            self.accept_token(token)
+            if self.is_completed():
+                self.is_active = False
+                return self.eos_after_completed
+            return False
+
+        def rewind(self, num_tokens: int) -> None:
+            raise NotImplementedError("the stand-in has no banned strings")
+
+        def reset(self) -> None:
+            raise NotImplementedError
+
+        def accept_token(self, token: int) -> None:
+            raise NotImplementedError
+
+        def get_next_logit_mask(self) -> Any:
+            raise NotImplementedError
+
+        def is_completed(self) -> bool:
+            raise NotImplementedError
+
+        def use_background_worker(self) -> bool:
+            return True
+
+        def attach(self, job: Any) -> None:
+            self.job = job
+            self.generator = job.generator
+            self.vocab_size = job.generator.padded_vocab_size
+
+    class LLGuidanceFilter(Filter):
+        """As upstream: the real llguidance matcher, its mask a packed int32 bitmask."""
+
         def __init__(
             self,
             tokenizer: Tokenizer,
@@ -122,8 +178,58 @@ def make_v3(runtime: Runtime) -> SimpleNamespace:
             consume_prefix: bool = False,
         ) -> None:
             assert lark_grammar is not None, "the engine passes Lark grammars"
-            super().__init__(tokenizer, lark_grammar)
-            self.eos_after_completed = eos_after_completed
+            super().__init__(tokenizer, trigger_token, prefix_str, eos_after_completed)
+            eos = (tokenizer.eos_token_id,)
+            table = load_ll_tokenizer(tokenizer.directory, eos)
+            self.matcher = GrammarMatcher(table, lark_grammar, tokenizer.tokenizer.get_vocab_size(), eos)
+
+        def reset(self) -> None:
+            self.matcher.reset()
+
+        def accept_token(self, token: int) -> None:
+            if not self.matcher.completed:
+                self.matcher.consume(token)
+
+        def get_next_logit_mask(self) -> Any:
+            return runtime.torch.from_numpy(self.matcher.bitmask().view(np.int32)).unsqueeze(0)
+
+        def is_completed(self) -> bool:
+            return self.matcher.completed
+
+    class V3Filters:
+        """A job's filters as exllamav3 1.4.1 drives them (generator/job.py, generator/generator.py):
+        attach, reset and is_active = (trigger_token is None) when the job starts; a mask from each
+        active filter per step (packed int32 bitmasks here); feed(token) to all after each sample, any
+        True ending the job with eos_reason "end_filter"."""
+
+        def __init__(self, filters: list[Any]) -> None:
+            self.filters = filters
+            self.stop_tokens: frozenset[int] = frozenset()
+            self.masks_asked = 0
+
+        def start(self, job: Any, generator: Any) -> None:
+            job.generator = generator
+            self.stop_tokens = frozenset(job.stop_tokens)
+            for f in self.filters:
+                f.attach(job)
+                f.reset()
+                f.is_active = f.trigger_token is None
+
+        def allowed(self) -> tuple[frozenset[int], frozenset[int]] | None:
+            masks = [f.get_next_logit_mask() for f in self.filters if f.is_active]
+            if not masks:
+                return None
+            self.masks_asked += len(masks)
+            sets = []
+            for mask in masks:
+                assert mask.numpy().dtype == np.int32 and mask.numpy().shape[0] == 1, "a packed (1, n) bitmask"
+                bits = np.unpackbits(mask.numpy()[0].view(np.uint8), bitorder="little")
+                sets.append(frozenset(int(t) for t in np.flatnonzero(bits)))
+            allowed = frozenset.intersection(*sets)
+            return allowed, allowed & self.stop_tokens
+
+        def feed(self, token: int) -> bool:
+            return any([f.feed(token) for f in self.filters])
 
     class Generator(StandinGenerator):
         def __init__(
@@ -162,7 +268,7 @@ def make_v3(runtime: Runtime) -> SimpleNamespace:
             stop_on_loop: Any = None,
             rq_state: Any = None,
         ) -> None:
-            grammar = filters[0] if filters else None
+            grammar = V3Filters(filters) if filters else None
             self.sampler = sampler
             self._setup(
                 input_ids,
@@ -173,7 +279,6 @@ def make_v3(runtime: Runtime) -> SimpleNamespace:
                 return_top_tokens,
                 return_probs,
                 grammar,
-                bool(grammar and grammar.eos_after_completed),
             )
 
     return SimpleNamespace(
@@ -183,6 +288,7 @@ def make_v3(runtime: Runtime) -> SimpleNamespace:
         Cache=Cache,
         CacheLayer_fp16=CacheLayer_fp16,
         CacheLayer_quant=CacheLayer_quant,
+        Filter=Filter,
         Tokenizer=Tokenizer,
         ComboSampler=ComboSampler,
         LLGuidanceFilter=LLGuidanceFilter,

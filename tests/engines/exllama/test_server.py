@@ -80,3 +80,27 @@ def test_json_schema_response_format_is_enforced(load: LoadFn) -> None:
             max_tokens=100,
         )
         assert isinstance(json.loads(reply.choices[0].message.content or "")["answer"], int)
+
+
+@pytest.mark.parametrize("kind", ["exl3", "exl2"])
+@pytest.mark.parametrize("grammar", ["lazy", "off"])
+def test_a_call_started_on_tool_choice_auto_is_well_formed_with_the_lazy_grammar(
+    load: LoadFn, kind: str, grammar: str
+) -> None:
+    # The stand-in writes a few words and the call marker, then its own tokens: junk unless the lazy
+    # call grammar holds them to a call (tests/engines/exllama/test_lazy_tool_calls.py).
+    model = load(kind, runtime=Runtime(Behaviour(lead="Let me check. <tool_call>")))
+    app = create_app(model, ServeConfig(port=0, tool_call_grammar=grammar))  # type: ignore[arg-type]
+    with running_app(app) as url:
+        api = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+        reply = api.chat.completions.create(
+            model="x", messages=[{"role": "user", "content": "Weather in Paris?"}], tools=TOOLS, max_tokens=120
+        )
+    calls = reply.choices[0].message.tool_calls
+    if grammar == "off":
+        assert not calls and reply.choices[0].finish_reason == "length"
+        return
+    assert reply.choices[0].finish_reason == "tool_calls", reply.choices[0].message
+    assert calls is not None and len(calls) == 1 and calls[0].function.name == "get_weather"
+    assert isinstance(json.loads(calls[0].function.arguments)["city"], str)
+    assert (reply.choices[0].message.content or "").strip() == "Let me check."
