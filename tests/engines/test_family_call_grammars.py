@@ -84,13 +84,6 @@ HERMES_REPEAT = (
     "two-call reply is refused by every engine, although its docstring promises one or more calls for families "
     "that write them one after another (lazy_tool_constraint adds the repeat for hermes itself)"
 )
-INTEGER_BOUNDS = (
-    "llama.cpp: an integer's minimum/maximum in a tool's schema is not enforced; llama-cpp-python's "
-    "SchemaConverter, which compile_constraint uses, leaves them out ('TODO: support minimum, maximum'), so "
-    "the grammar lets a model write any integer up to 16 digits (llguidance's grammars keep the bounds)"
-)
-
-
 # ---- the engines' grammars --------------------------------------------------------------------------------
 
 
@@ -327,10 +320,8 @@ def test_a_broken_call_is_refused(engine: tuple[str, Accepts], family: Family, b
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.fmt)
-def test_an_integer_s_bounds_hold(request: pytest.FixtureRequest, engine: tuple[str, Accepts], family: Family) -> None:
-    name, accepts = engine
-    if name == "llama.cpp":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=INTEGER_BOUNDS))
+def test_an_integer_s_bounds_hold(engine: tuple[str, Accepts], family: Family) -> None:
+    _, accepts = engine
     weather = TOOLS[0]["function"]
     days = {"type": "integer", "minimum": 1, "maximum": 14}
     parameters = {**weather["parameters"], "properties": {**weather["parameters"]["properties"], "days": days}}
@@ -362,10 +353,9 @@ def test_the_accepted_text_reads_as_the_family_s_calls_whole_and_streamed(family
 
 # ---- a real generation per family -------------------------------------------------------------------------
 
-# Arguments a random model cannot run on with: an integer among a few values, an enum, booleans. Not an
-# integer's maximum (INTEGER_BOUNDS), and no string: a tagged family writes strings as raw text, which its
-# grammar takes up to the close text whatever the schema's maxLength says (CallShape), and a random model
-# may never write the close text.
+# Arguments a random model cannot run on with: a bounded integer, an enum, booleans. No string: a tagged
+# family writes strings as raw text, which its grammar takes up to the close text whatever the schema's
+# maxLength says (CallShape), and a random model may never write the close text.
 BOUNDED_TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
@@ -374,7 +364,7 @@ BOUNDED_TOOLS: list[dict[str, Any]] = [
             "parameters": {
                 "type": "object",
                 "properties": {
-                    "minutes": {"type": "integer", "enum": [1, 5, 10, 30]},
+                    "minutes": {"type": "integer", "minimum": 1, "maximum": 90},
                     "sound": {"enum": ["bell", "chime"]},
                     "loud": {"type": "boolean"},
                 },

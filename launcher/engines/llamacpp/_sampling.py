@@ -20,6 +20,7 @@ import numpy.typing as npt
 from launcher.engines._schema_bounds import SchemaBoundsError, check_schema_bounds, whole_string_pattern, with_patterns
 from launcher.engines.base import CallShape, Constraint, SamplingParams, TokenLogprob
 from launcher.engines.call_shapes import Param, call_params
+from launcher.engines.llamacpp._int_range import integer_bounds, integer_range_gbnf
 
 GRAMMAR_ROOT = "launcher-root"
 _PENALTY_WINDOW = 64  # tokens the repeat/presence/frequency penalties look back over
@@ -297,12 +298,26 @@ class _BudgetedConverter:
     past `deadline` (checked at each rule it adds, and no single rule can be large: see the bounds)."""
 
     def __init__(self, converter_class: Any, *, deadline: float, max_chars: int) -> None:
+        from llama_cpp.llama_grammar import RESERVED_NAMES
+
         budget = self
 
         class Converter(converter_class):  # type: ignore[misc, valid-type]
             def _add_rule(self, name: str, rule: str) -> str:
                 budget.charge(len(name) + len(rule))
                 return str(super()._add_rule(name, rule))
+
+            def visit(self, schema: Any, name: str) -> str:
+                # an integer's bounds, which the converter leaves out (engines/llamacpp/_int_range.py)
+                bounds = integer_bounds(schema) if isinstance(schema, dict) else None
+                if bounds is None:
+                    return str(super().visit(schema, name))
+                try:
+                    body = integer_range_gbnf(*bounds)
+                except ValueError as err:
+                    raise ConstraintError(f"the schema cannot be met: {err}") from None
+                rule_name = name + "-" if name in RESERVED_NAMES else name or "root"
+                return self._add_rule(rule_name, f"{body} space")
 
         self._converter = Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
         self._deadline = deadline
