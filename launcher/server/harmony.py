@@ -6,7 +6,8 @@ gpt-oss writes its reply as messages, each a header and a body:
 the model's thinking, final is the answer, commentary without a recipient is a preamble meant for
 the user (content, as llama.cpp treats it). A message addressed `to=functions.NAME` is a tool call
 ended by `<|call|>`; the recipient may stand before the channel
-(`<|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>`) or after it, and
+(`<|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>`, or in the reply's first
+header ` to=functions.NAME<|channel|>...`, its role being the prompt's end) or after it, and
 both are passed on as content in the one form `StreamingToolParser` reads, so tool calls are
 still parsed from the answer stream. Control tokens never reach the client.
 """
@@ -22,7 +23,8 @@ START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
 BODY_ENDS = ("<|end|>", "<|return|>", "<|call|>")
 # A header right after a body also ends it, should the model skip `<|end|>`; the marker stays for the header.
 NEW_HEADER = (START, CHANNEL)
-HEADER_OPENINGS = (START, CHANNEL, "assistant")
+# the reply's first header starts after the prompt's `<|start|>assistant`: at its channel or its recipient
+HEADER_OPENINGS = (START, CHANNEL, "assistant", "to=")
 MAX_HEADER = 256  # longer without `<|message|>`: not a header, so the text is the answer
 TOOL_CALL_START = "<|channel|>commentary to=functions."  # what StreamingToolParser("harmony") looks for
 TOOL_CALL_END = "<|call|>"

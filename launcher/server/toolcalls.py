@@ -59,7 +59,14 @@ _MARKERS: dict[ToolFormat, dict[str, str | None]] = {
     "hermes": {"<tool_call>": "</tool_call>"},
     "llama3": {"<|python_tag|>": None},
     "mistral": {"[TOOL_CALLS]": None},
-    "harmony": {"<|channel|>commentary to=functions.": "<|call|>"},
+    # gpt-oss names a call's recipient after the channel, or before it in the role part of the header (as
+    # its template writes earlier calls); the reply's first header has no `<|start|>assistant` (the prompt
+    # ends with it). server/harmony.py writes every call in the first form.
+    "harmony": {
+        "<|channel|>commentary to=functions.": "<|call|>",
+        "<|start|>assistant to=functions.": "<|call|>",
+        " to=functions.": "<|call|>",
+    },
     "qwen3_coder": {"<tool_call>": "</tool_call>"},
     "glm": {"<tool_call>": "</tool_call>"},
     "deepseek_r1": {_DEEPSEEK_SECTION[0]: _DEEPSEEK_SECTION[1]},
@@ -450,8 +457,29 @@ def _tagged_calls(
 
 
 _MISTRAL_NAME = re.compile(r"\s*[\w.\-]+")
-_HARMONY_NAME = re.compile(r"[\w.\-]+")
-_HARMONY_HEADER_MAX = 160  # `NAME <|constrain|>json` before <|message|>: a few dozen characters
+_HARMONY_NAME = re.compile(r"[^\s<>\"'\\`{}]+")
+_HARMONY_HEADER_MAX = 160  # `NAME<|channel|>commentary <|constrain|>json` before <|message|>: a few dozen characters
+# What a call's header holds after the tool's name: the channel where the recipient came first
+# (`<|channel|>commentary`), then the arguments' content type (` json`, ` <|constrain|>json`), each optional.
+_HARMONY_HEADER_REST = re.compile(r"(?:<\|channel\|>\w+)?\s*(?:<\|constrain\|>)?\s*[\w\-/]*\s*")
+_HARMONY_HEADER_TAGS = ("<|channel|>", "<|constrain|>", "<|message|>")
+
+
+def _harmony_header(head: str, *, whole: bool) -> bool:
+    """Whether `head` (a harmony call's header after `to=functions.`, up to `<|message|>`) is one: the tool's
+    name and what may follow it. Not `whole`: the header may still go on (it can stop inside a tag)."""
+    if len(head) > _HARMONY_HEADER_MAX:
+        return False
+    if not whole:
+        for tag in _HARMONY_HEADER_TAGS:
+            head = _without_partial(head, tag)
+        if not head:
+            return True
+    name = _HARMONY_NAME.match(head)
+    rest = head[name.end() :] if name else ""
+    if not whole and rest.endswith("<|channel|>"):
+        rest += "commentary"  # the channel's name comes next
+    return name is not None and _HARMONY_HEADER_REST.fullmatch(rest) is not None
 
 
 def _body_state(
@@ -479,9 +507,10 @@ def _written_body_state(
         return ("possible" if state == "whole" else state), calls_end
     if fmt == "harmony":
         head, marker, args = body.partition("<|message|>")
+        if not _harmony_header(head, whole=bool(marker)):
+            return "impossible", 0
         if not marker:
-            fits = len(head) <= _HARMONY_HEADER_MAX and (not head or _HARMONY_NAME.match(head))
-            return ("possible" if fits else "impossible"), 0
+            return "possible", 0
         args = args.lstrip()
         if end is not None:  # the reply may be cut inside `<|call|>` (text streamed in pieces)
             args = _without_partial(args, end)
@@ -523,11 +552,12 @@ def _written_calls(fmt: ToolFormat, body: str, tools: list[dict[str, Any]] | Non
         state, calls, _ = _tagged_calls(fmt, body, None, tools)
         return calls if state == "whole" and calls else None
     if fmt == "harmony":
-        match = re.match(r"\s*([\w.\-]+)(.*?)<\|message\|>(.*)$", body, re.S)
-        if not match:
+        head, marker, args = body.partition("<|message|>")
+        recipient = _HARMONY_NAME.match(head)
+        if not marker or recipient is None or not _harmony_header(head, whole=True):
             return None
-        arguments = _arguments_json(match.group(3).strip())
-        return None if arguments is None else [ParsedToolCall(name=match.group(1), arguments=arguments)]
+        arguments = _arguments_json(args.strip())
+        return None if arguments is None else [ParsedToolCall(name=recipient.group(), arguments=arguments)]
     if fmt == "mistral" and "[ARGS]" in body:
         calls = []
         for part in body.split("[TOOL_CALLS]"):
@@ -721,8 +751,8 @@ def _call_schema(fmt: ToolFormat, name: str, parameters: dict[str, Any] | None) 
 _CALL_MARKERS: dict[ToolFormat, str] = {
     fmt: next(iter(markers)) for fmt, markers in _MARKERS.items() if fmt not in ("llama3", "harmony")
 }
-"""The text that starts a call, for the formats whose calls have one (llama3's bare JSON and harmony's
-channels have none a lazy grammar can wait for: their calls are parsed, not constrained)."""
+"""The text that starts a call, for the formats whose calls open with a control token a lazy grammar can
+wait for (llama3's and harmony's calls have triggers of their own: `_llama3_triggers`, `_harmony_triggers`)."""
 
 
 def _call_shape(fmt: ToolFormat, name: str, schema: dict[str, Any]) -> CallShape:
@@ -768,22 +798,116 @@ def _regex_literal(text: str) -> str:
     return re.sub(r"([.^$|?*+()\[\]{}\\])", r"\\\1", text)
 
 
+_AT_END = r"(?![\s\S])"
+"""Where the text written so far ends (ECMAScript has no `\\Z`, and Python's `$` also matches before a
+final newline)."""
+
+
+def _prefixes_pattern(texts: list[str], *, empty: bool = True) -> str:
+    """A pattern (ECMAScript and Python alike) for any prefix of any of `texts` (with `empty`, none too):
+    their characters as a trie of nested optional groups, so it grows with the texts' length."""
+    trie: dict[str, Any] = {}
+    for text in texts:
+        node = trie
+        for char in text:
+            node = node.setdefault(char, {})
+
+    def branches(node: dict[str, Any]) -> str:
+        return "|".join(
+            _regex_literal(char) + (f"(?:{branches(child)})?" if child else "") for char, child in node.items()
+        )
+
+    return f"(?:{branches(trie)})" + ("?" if empty else "")
+
+
+def _opening_trigger(before: str, fixed: str, rests: list[str], *, empty: bool = True) -> str:
+    """A trigger for a call whose grammar starts with `fixed` and then one of `rests` (its tools' openings):
+    `before` (a pattern, left outside the grammar), `fixed`, then a prefix of one of `rests`, up to where
+    the text written so far ends.
+
+    Ending the match at the end of the text keeps the grammar from being handed text it refuses: llama.cpp
+    hands it everything from the trigger's group to the end of the token that set it off, and a refused
+    character there aborts the process (a token `.read` after `to=functions` where no tool is `read...`).
+    A text that leaves every opening never sets the trigger off: that call is parsed unconstrained."""
+    return f"{before}({_regex_literal(fixed)}{_prefixes_pattern(rests, empty=empty)}){_AT_END}"
+
+
+def _tool_names(tools: list[dict[str, Any]]) -> list[str]:
+    return [str(tool["function"]["name"]) for tool in tools]
+
+
+_REPLY_STARTS: dict[str, tuple[str, ...]] = {
+    "no": (r"^\s*",),
+    "maybe": (r"^\s*", r"</think>\s*"),
+    "inside": (r"</think>\s*",),
+}
+"""Where a reply's own text starts (patterns), by `thinking`: its beginning, or the end of its thoughts."""
+
+_LLAMA3_OPENING = '{"name": "'
+
+
+def _llama3_triggers(tools: list[dict[str, Any]], thinking: Literal["no", "maybe", "inside"]) -> tuple[str, ...]:
+    """Llama 3.x: a JSON call after `<|python_tag|>` (anywhere outside thinking), or a bare one opening the
+    reply, as its template writes calls: `{"name": "NAME", "parameters": {...}}`. A bare JSON object is only
+    a call once it names one of the tools (`{"name": "g` for get_weather), as a JSON answer may well have a
+    "name"; after `<|python_tag|>` its `{` is enough."""
+    rests = [f'{name}", "parameters": ' for name in _tool_names(tools)]
+    tag = _regex_literal("<|python_tag|>") + r"\s*"
+    tagged = (tag,) if thinking == "no" else tuple(start + tag for start in _REPLY_STARTS[thinking])
+    after_tag = [_opening_trigger(before, "{", [_LLAMA3_OPENING[1:] + rest for rest in rests]) for before in tagged]
+    bare = [_opening_trigger(start, _LLAMA3_OPENING, rests, empty=False) for start in _REPLY_STARTS[thinking]]
+    return (*after_tag, *bare)
+
+
+# gpt-oss's call headers, each from where its grammar starts: the channel first (as the model writes them),
+# or the recipient first (as its template writes earlier calls, the role `<|start|>assistant` before it).
+_HARMONY_CHANNEL_FIRST = ("<|channel|>commentary to=functions.", " <|constrain|>json<|message|>")
+_HARMONY_RECIPIENT_FIRST = (" to=functions.", "<|channel|>commentary json<|message|>")
+# A header opens a message: the reply's first (its `<|start|>assistant` is the prompt's end) or one after
+# an ended message. So a header written inside the analysis text, before its `<|end|>`, is not a call.
+_HARMONY_MESSAGE_START = r"(?:^|<\|end\|><\|start\|>assistant)"
+
+
+def _harmony_call_shapes(tools: list[dict[str, Any]]) -> tuple[CallShape, ...]:
+    """Each tool's call in both header orders, up to its JSON arguments. Not `<|call|>`: it is gpt-oss's
+    end-of-generation token, which llama.cpp lets a grammar's text end with only once the grammar is
+    complete (it would have to be spelled out in pieces); the engines end the reply with it there."""
+    return tuple(
+        CallShape(f"{head}{tool['function']['name']}{tail}", tool["function"].get("parameters") or {"type": "object"})
+        for tool in tools
+        for head, tail in (_HARMONY_CHANNEL_FIRST, _HARMONY_RECIPIENT_FIRST)
+    )
+
+
+def _harmony_triggers(tools: list[dict[str, Any]]) -> tuple[str, ...]:
+    return tuple(
+        _opening_trigger(_HARMONY_MESSAGE_START, head, [f"{name}{tail}" for name in _tool_names(tools)])
+        for head, tail in (_HARMONY_CHANNEL_FIRST, _HARMONY_RECIPIENT_FIRST)
+    )
+
+
 def lazy_tool_constraint(
     fmt: ToolFormat, tools: list[dict[str, Any]], *, parallel: bool, thinking: Literal["no", "maybe", "inside"]
-) -> Constraint | None:
+) -> Constraint:
     """The grammar for `tool_choice: auto`: free text until the model starts a call, then only calls to
     `tools` with arguments that match their schemas, one or (`parallel`) more, and then the end.
 
     `thinking`: whether the reply may open with a `<think>` block ("maybe") or the prompt already
     opened one ("inside"). A call marker written while thinking is not a call, so with thinking the
     grammar waits for a call that opens the reply or follows `</think>`; a call after other text is
-    then parsed unconstrained, as without a grammar. (No pattern scans the whole reply with `.*`:
-    llama.cpp matches them with std::regex, whose backtracking recurses once per character and can
-    overflow the stack on a long reply.) None for formats without a call marker."""
-    marker = _CALL_MARKERS.get(fmt)
-    if marker is None:
-        return None
-    call = f"({_regex_literal(marker)})"
+    then parsed unconstrained, as without a grammar. gpt-oss (harmony) thinks in a channel of its own:
+    its grammar waits for a call header that opens a message. (No pattern scans the whole reply with
+    `.*`: llama.cpp matches them with std::regex, whose backtracking recurses once per character and can
+    overflow the stack on a long reply.)
+
+    Llama 3.x and gpt-oss write one call per reply (gpt-oss ends its reply with `<|call|>`), so theirs is
+    one call whatever `parallel` says."""
+    if fmt == "harmony":
+        return Constraint(kind="tool_calls", calls=_harmony_call_shapes(tools), triggers=_harmony_triggers(tools))
+    if fmt == "llama3":
+        constraint, _ = tool_constraint(fmt, tools)
+        return replace(constraint, triggers=_llama3_triggers(tools, thinking))
+    call = f"({_regex_literal(_CALL_MARKERS[fmt])})"
     after_thinking = rf"</think>\s*{call}"
     triggers = {
         "no": (call,),

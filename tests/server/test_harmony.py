@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import dataclass
 from typing import Any
 
 import anthropic
@@ -12,9 +13,16 @@ import openai
 import pytest
 
 from launcher.server.harmony import HarmonySplitter
-from launcher.server.toolcalls import parse_tool_calls
+from launcher.server.toolcalls import (
+    ParsedToolCall,
+    StreamingToolParser,
+    TextPiece,
+    lazy_tool_constraint,
+    parse_tool_calls,
+)
 from tests.server.conftest import ServeFn
 from tests.server.fake_model import FakeModel, fake_info
+from tests.server.test_tool_families import grammar_start
 
 # Enough of gpt-oss's template for the server to know it: channels, functions addressed with to=, tools.
 HARMONY_TEMPLATE = (
@@ -101,6 +109,56 @@ def test_other_tool_call_shapes_parse_the_same(reply: str) -> None:
         assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Oslo"})]
 
 
+OSLO = [("get_weather", {"city": "Oslo"})]
+
+
+def structured(calls: list[ParsedToolCall]) -> list[tuple[str, Any]]:
+    return [(call.name, json.loads(call.arguments)) for call in calls]
+
+
+# A call in each header order, as the model writes it (the reply's first header has no `<|start|>assistant`:
+# the prompt ends with it), and a call in the form server/harmony.py passes on
+CALLS_IN_BOTH_ORDERS = [
+    '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Oslo"}<|call|>',
+    '<|channel|>commentary to=functions.get_weather<|message|>{"city": "Oslo"}<|call|>',
+    ' to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Oslo"}<|call|>',
+    "<|channel|>analysis<|message|>Hmm.<|end|>"
+    '<|start|>assistant to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>{"city": "Oslo"}',
+]
+
+
+@pytest.mark.parametrize("reply", CALLS_IN_BOTH_ORDERS)
+def test_the_tool_parser_reads_a_call_in_either_header_order(reply: str) -> None:
+    call = reply[reply.index("<|start|>") :] if "<|end|>" in reply else reply  # without the analysis
+    for parts in (list(call), [call]):  # streamed a character at a time, and whole
+        parser = StreamingToolParser("harmony", TOOLS)
+        events = [event for part in parts for event in parser.feed(part)] + parser.finish()
+        assert "".join(e.text for e in events if isinstance(e, TextPiece)) == ""
+        assert structured([e for e in events if isinstance(e, ParsedToolCall)]) == OSLO
+        assert parser.left_as_text == 0
+
+
+@pytest.mark.parametrize("reply", CALLS_IN_BOTH_ORDERS)
+def test_a_call_in_either_header_order_reaches_the_tool_parser_through_the_splitter(reply: str) -> None:
+    for parts in every_split(reply)[:40]:
+        pieces = split_in(parts)
+        assert "".join(text for kind, text in pieces if kind == "reasoning") in ("", "Hmm.")
+        content, calls = parse_tool_calls("harmony", "".join(t for kind, t in pieces if kind == "content"), TOOLS)
+        assert content == "" and structured(calls) == OSLO
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "<|channel|>commentary to=functions.get_weather and then I explain what the tool would do for you",
+        "I sent it to=functions.get_weather, as the docs say, and more words follow here",
+    ],
+)
+def test_a_call_header_that_turns_into_prose_is_released_as_text(reply: str) -> None:
+    content, calls = parse_tool_calls("harmony", reply, TOOLS)
+    assert calls == [] and content == reply
+
+
 def test_preamble_is_content_and_plain_text_passes_through() -> None:
     preamble = "<|channel|>commentary<|message|>Let me check.<|end|><|start|>assistant<|channel|>final<|message|>Done."
     assert_same_for_every_split(preamble, [("content", "Let me check.Done.")])
@@ -175,3 +233,65 @@ def test_tool_call_after_analysis(serve: ServeFn) -> None:
             names[call.index] = names.get(call.index, "") + (call.function.name or "")
             arguments[call.index] = arguments.get(call.index, "") + (call.function.arguments or "")
         assert [(names[i], json.loads(arguments[i])) for i in sorted(names)] == [("get_weather", {"city": "Oslo"})]
+
+
+# thoughts that name the call's header: only a header that opens a message is a call
+THOUGHT = "The user wants Oslo's weather, so I write to=functions.get_weather <|constrain|>json"
+ANALYSIS = f"<|channel|>analysis<|message|>{THOUGHT}<|end|>"
+WEATHER_TOOLS: Any = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    },
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}},
+]
+
+
+@pytest.mark.parametrize("after_analysis", [False, True])
+def test_the_lazy_grammar_writes_calls_in_both_header_orders_that_reach_the_client(after_analysis: bool) -> None:
+    """Each call the grammar can write, from where its trigger starts it: the trigger fires at the call's
+    header and not at the one the analysis mentions, and the splitter and the tool parser read the call."""
+    constraint = lazy_tool_constraint("harmony", WEATHER_TOOLS, parallel=True, thinking="no")
+    assert constraint.kind == "tool_calls" and not constraint.repeat
+    shapes = [shape for shape in constraint.calls if "get_weather" in shape.prefix_text]
+    assert len(shapes) == 2  # the channel first and the recipient first
+    for shape in shapes:
+        before = ANALYSIS + "<|start|>assistant" if after_analysis else ""
+        for end in ("<|call|>", ""):  # the engine writes the end-of-generation token, or stops on it
+            reply = before + shape.prefix_text + '{"city": "Oslo"}' + end
+            assert grammar_start(constraint, reply) == len(before), reply
+            pieces = split_in([reply])
+            reasoning = "".join(text for kind, text in pieces if kind == "reasoning")
+            assert reasoning == (THOUGHT if after_analysis else "")
+            content, calls = parse_tool_calls("harmony", "".join(t for k, t in pieces if k == "content"), WEATHER_TOOLS)
+            assert content == "" and structured(calls) == OSLO
+
+
+@dataclass
+class LazyGrammarModel(FakeModel):
+    """A scripted model on an engine that runs lazy grammars (it writes its script whatever the grammar)."""
+
+    lazy_constraints: bool = True
+
+
+def test_a_chat_with_tools_runs_under_the_harmony_call_grammar_and_gets_the_call(serve: ServeFn) -> None:
+    call = '<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Oslo"}'
+    reply = ANALYSIS + call
+    model = LazyGrammarModel(reply=lambda prompt: reply, info=fake_info(chat_template=HARMONY_TEMPLATE))
+    with serve(model) as url, openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as api:
+        result = api.chat.completions.create(
+            model="x", messages=[{"role": "user", "content": "Weather in Oslo?"}], tools=WEATHER_TOOLS
+        )
+    message: Any = result.choices[0].message
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls or []] == [
+        ("get_weather", {"city": "Oslo"})
+    ]
+    assert result.choices[0].finish_reason == "tool_calls" and not message.content
+    assert message.reasoning_content == THOUGHT
+    constraint = model.requests[0].constraint
+    assert constraint is not None and constraint.kind == "tool_calls" and constraint.triggers
+    # the grammar takes over at the call's recipient, not at the one the analysis names
+    assert grammar_start(constraint, reply) == len(ANALYSIS) + len("<|start|>assistant")

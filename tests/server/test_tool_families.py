@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from launcher.server.templates import TOOLS_SYSTEM_PROMPT, ToolFormat, detect_tool_format, load_template
@@ -187,10 +188,6 @@ FAMILIES = [
         (PARIS, ROME),
         "[TOOL_CALLS] is how a call would begin, but the answer is sunny.",
     ),
-]
-
-# Families whose calls have no start marker a grammar can wait for: parsed, not lazily constrained.
-UNMARKED = [
     Family(
         "llama3",
         ("meta-llama-Llama-3.1-8B-Instruct.jinja",),
@@ -238,7 +235,7 @@ def _streamed(fmt: ToolFormat, text: str, tools: list[dict[str, Any]] | None = T
     return content, _structured([e for e in events if isinstance(e, ParsedToolCall)]), before_end
 
 
-@pytest.mark.parametrize(("family", "name"), _by_template(FAMILIES + UNMARKED), ids=lambda v: getattr(v, "fmt", v))
+@pytest.mark.parametrize(("family", "name"), _by_template(FAMILIES), ids=lambda v: getattr(v, "fmt", v))
 def test_the_real_template_shows_the_family_s_calls_and_is_told_apart(family: Family, name: str) -> None:
     template = _template(name)
     assert detect_tool_format(template.source) == family.fmt
@@ -280,7 +277,7 @@ def test_templates_that_never_show_tools_get_them_with_a_call_in_their_own_synta
     assert example in system
 
 
-@pytest.mark.parametrize("family", FAMILIES + UNMARKED, ids=lambda f: f.fmt)
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.fmt)
 def test_the_model_s_calls_are_parsed_whole_and_streamed(family: Family) -> None:
     content, calls = parse_tool_calls(family.fmt, family.reply, TOOLS)
     assert _structured(calls) == list(family.calls)
@@ -292,7 +289,7 @@ def test_the_model_s_calls_are_parsed_whole_and_streamed(family: Family) -> None
         assert content == "" and streamed == ""
 
 
-@pytest.mark.parametrize("family", FAMILIES + UNMARKED, ids=lambda f: f.fmt)
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.fmt)
 def test_a_started_call_that_turns_into_prose_comes_back_as_text_at_once(family: Family) -> None:
     content, calls = parse_tool_calls(family.fmt, family.not_a_call, TOOLS)
     assert calls == [] and content == family.not_a_call
@@ -365,7 +362,9 @@ def _written_by_grammar(constraint: Any, calls: tuple[tuple[str, dict[str, Any]]
     return constraint.prefix_text + "\n".join(parts) + constraint.suffix_text
 
 
-@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.fmt)
+# gpt-oss's required call is constrained in hermes form (tests/server/test_toolcalls.py); its lazy grammar
+# writes its own headers (tests/server/test_harmony.py)
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f.fmt != "harmony"], ids=lambda f: f.fmt)
 def test_the_call_grammar_writes_calls_the_parser_reads_and_the_template_writes(family: Family) -> None:
     constraint, fmt = tool_constraint(family.fmt, TOOLS, parallel=True)
     assert fmt == family.fmt
@@ -388,30 +387,89 @@ def test_the_call_grammar_writes_calls_the_parser_reads_and_the_template_writes(
     assert not single.repeat, "tool_choice required asks for one call"
 
 
+def grammar_start(constraint: Any, text: str) -> int | None:
+    """Where the engines hand a lazy grammar this reply: the start of the first group of the first trigger
+    that the text written so far sets off, looked for after each character (llama.cpp and
+    launcher/engines/lazy_grammar.py search after each token, with these patterns, which mean the same
+    in Python's re as in llama.cpp's ECMAScript std::regex)."""
+    for end in range(1, len(text) + 1):
+        for trigger in constraint.triggers:
+            found = re.search(trigger, text[:end])
+            if found is not None:
+                return found.start(1)
+    return None
+
+
+def assert_the_grammar_takes_the_call(constraint: Any, text: str, call_at: int) -> None:
+    """The grammar starts at the call at `call_at` (or inside its opening marker), and what the reply wrote
+    from there is what the grammar writes: its literal opening, then the call's JSON or its tool's name."""
+    start = grammar_start(constraint, text)
+    assert start is not None and start >= call_at, (start, call_at)
+    call = text[start:]
+    assert call.startswith(constraint.prefix_text), call
+    rest = call[len(constraint.prefix_text) :]
+    if constraint.kind == "tool_calls":
+        openings = [s.prefix_text.partition("get_weather") for s in constraint.calls if "get_weather" in s.prefix_text]
+        assert any(rest.startswith(before + name) for before, name, _ in openings), rest
+    else:
+        assert rest.lstrip()[:1] in ("{", "["), rest
+
+
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.fmt)
 def test_the_lazy_grammar_starts_at_the_call_and_not_at_prose(family: Family) -> None:
     constraint = lazy_tool_constraint(family.fmt, TOOLS, parallel=True, thinking="no")
-    assert constraint is not None
-    start = family.reply.index(family.reply.removeprefix(PROSE).lstrip()[:8])
     for trigger in constraint.triggers:
         assert not trigger.startswith(".*"), "std::regex would recurse once per character"
-    found = [re.search(trigger, family.reply) for trigger in constraint.triggers]
-    assert any(match is not None and match.start(1) == start for match in found)
+    assert_the_grammar_takes_the_call(constraint, family.reply, family.reply.index(family.reply.removeprefix(PROSE)))
     prose = "The weather tool says sunny; <tool> and [TOOL] are not calls, nor is a call_begin."
-    assert all(re.search(trigger, prose) is None for trigger in constraint.triggers)
+    assert grammar_start(constraint, prose) is None
+
+
+_THOUGHTS = {
+    # gpt-oss thinks in its analysis channel, which ends before the next message's header
+    "harmony": "<|channel|>analysis<|message|>I could write {call} here, but first I think.<|end|><|start|>assistant",
+}
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.fmt)
 def test_with_thinking_the_lazy_grammar_waits_for_the_end_of_the_thoughts(family: Family) -> None:
     constraint = lazy_tool_constraint(family.fmt, TOOLS, parallel=False, thinking="maybe")
-    assert constraint is not None
     call = family.reply.removeprefix(PROSE).lstrip()
-    thought = f"<think>I could write {call[:14]} here, but first I think.</think>\n"
-    matches = [re.search(trigger, thought + call) for trigger in constraint.triggers]
-    starts = [m.start(1) for m in matches if m is not None]
-    assert starts and min(starts) == len(thought)
+    thought = _THOUGHTS.get(family.fmt, "<think>I could write {call} here, but first I think.</think>\n")
+    thought = thought.format(call=call[: len(call) // 2])
+    assert_the_grammar_takes_the_call(constraint, thought + call, len(thought))
 
 
-@pytest.mark.parametrize("family", UNMARKED, ids=lambda f: f.fmt)
-def test_families_without_a_call_marker_get_no_lazy_grammar(family: Family) -> None:
-    assert lazy_tool_constraint(family.fmt, TOOLS, parallel=True, thinking="no") is None
+@pytest.mark.parametrize(
+    ("fmt", "reply"),
+    [
+        # a JSON answer opens the reply; it names no tool
+        ("llama3", '{"name": "Paris", "country": "France"}'),
+        ("llama3", '{"name": "browse", "parameters": {}}'),
+        # a call's JSON after other text is no call (llama 3 writes bare calls alone)
+        ("llama3", 'Here: {"name": "get_weather", "parameters": {"city": "Paris"}}'),
+        # a preamble to the user, then the answer
+        ("harmony", "<|channel|>commentary<|message|>Let me look.<|end|><|start|>assistant<|channel|>final"),
+        # gpt-oss naming the call in its thoughts, and in its answer
+        (
+            "harmony",
+            "<|channel|>analysis<|message|>I call <|channel|>commentary to=functions.get_weather<|end|>",
+        ),
+        ("harmony", "<|channel|>final<|message|>I would write to=functions.get_weather for that."),
+        # gpt-oss's built-in browser, which the server does not run (server/harmony.py)
+        ("harmony", '<|channel|>commentary to=browser.search <|constrain|>json<|message|>{"query": "x"}'),
+    ],
+)
+def test_the_lazy_grammar_of_llama3_and_gpt_oss_leaves_what_is_no_call_to_the_request_s_tools_free(
+    fmt: ToolFormat, reply: str
+) -> None:
+    constraint = lazy_tool_constraint(fmt, TOOLS, parallel=True, thinking="no")
+    assert grammar_start(constraint, reply) is None
+
+
+def test_a_bare_llama3_call_opening_the_reply_is_constrained_from_its_first_brace() -> None:
+    constraint = lazy_tool_constraint("llama3", TOOLS, parallel=True, thinking="no")
+    reply = '\n{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}'
+    assert grammar_start(constraint, reply) == 1
+    jsonschema.validate(json.loads(reply), constraint.schema)
+    assert _structured(parse_tool_calls("llama3", reply, TOOLS)[1]) == [PARIS]
