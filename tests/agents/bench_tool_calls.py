@@ -268,13 +268,15 @@ def fixtures(pattern: str) -> Iterator[tuple[str, dict[str, Any]]]:
 def bench_model(model: Model, requests: list[tuple[str, dict[str, Any]]], args: argparse.Namespace) -> list[Cell]:
     """Both grammar modes of one model, side by side, over every request."""
     cells: list[Cell] = []
-    with ExitStack() as stack, tempfile.TemporaryDirectory() as scratch:
+    # the servers stop (ExitStack) before their scratch folder goes: they write their prompt cache to the end
+    with tempfile.TemporaryDirectory() as scratch, ExitStack() as stack:
+        homes = args.logs / model.path.stem if args.logs else Path(scratch)
         servers: dict[str, RunningServer] = {}
         for mode in GRAMMARS:
             argv = [str(model.path), "--engine", "llamacpp", "--port", "0", "--context", str(model.context)]
             argv += ["--max-output-tokens", str(args.max_tokens), "--tool-call-grammar", mode, "--no-library"]
-            argv += ["--prompt-cache-dir", str(Path(scratch) / "prompt-cache")]
-            servers[mode] = launch_serve(argv, Path(scratch) / mode, f"serve-{mode}")
+            argv += ["--prompt-cache-dir", str(Path(scratch) / "prompt-cache"), "--log-requests", "replies"]
+            servers[mode] = launch_serve(argv, homes / mode, f"serve-{mode}")
             stack.callback(servers[mode].stop)
         for name, record in requests:
             row = {mode: Cell(model.name, name, mode, temperature(record)) for mode in GRAMMARS}
@@ -282,9 +284,10 @@ def bench_model(model: Model, requests: list[tuple[str, dict[str, Any]]], args: 
                 for mode in GRAMMARS:
                     sample = send(servers[mode], record)
                     row[mode].samples.append(sample)
+                    rate = sample.decode_tokens / sample.decode_s if sample.decode_s > 0 else 0.0
                     detail = sample.error or (
                         f"started {sample.started}, parsed {sample.parsed}, valid {sample.valid}, "
-                        f"{sample.completion_tokens} tokens"
+                        f"{sample.completion_tokens} tokens, decode {rate:.1f} tok/s"
                     )
                     print(f"  {model.name} {name} {mode} #{index + 1}: {detail}", flush=True)
                 if all(row[mode].refused for mode in GRAMMARS):
@@ -354,6 +357,7 @@ def main() -> int:
     parser.add_argument("--models", default="smollm2,starter", help="comma-separated: smollm2, starter")
     parser.add_argument("--requests", default="*", help="fixture names to replay (a glob, e.g. 'codex-*')")
     parser.add_argument("--out", type=Path, help="write every figure as JSON here")
+    parser.add_argument("--logs", type=Path, help="keep the servers' logs (with the start of every reply) here")
     args = parser.parse_args()
     requests = []
     for name, record in fixtures(args.requests):
@@ -366,13 +370,13 @@ def main() -> int:
     cells: list[Cell] = []
     for model in models([name.strip() for name in args.models.split(",")]):
         cells += bench_model(model, requests, args)
+        if args.out:  # after each model: a later failure keeps what was measured
+            args.out.write_text(json.dumps([cell.summary() for cell in cells], indent=1) + "\n", encoding="utf-8")
     print()
     print(table(cells))
     print()
     for line in decode_comparison(cells):
         print(line)
-    if args.out:
-        args.out.write_text(json.dumps([cell.summary() for cell in cells], indent=1) + "\n", encoding="utf-8")
     return 0
 
 
