@@ -41,11 +41,11 @@ import pytest
 
 from launcher.engines.base import Constraint, GenerationRequest, SamplingParams
 from launcher.engines.llamacpp._native import llama
-from launcher.engines.llamacpp._sampling import _grammar_sampler, compile_constraint
+from launcher.engines.llamacpp._sampling import compile_constraint
 from launcher.engines.llamacpp.model import LlamaCppModel
 from launcher.server.templates import ToolFormat
 from launcher.server.toolcalls import lazy_tool_constraint, parse_tool_calls, tool_constraint
-from tests.engines.llamacpp.support import GrammarProbe, load
+from tests.engines.llamacpp.support import LazyGrammarProbe, load
 from tests.engines.support import run
 from tests.server.test_tool_families import FAMILIES, PROSE, TOOLS, Family, _streamed, _structured
 
@@ -87,29 +87,17 @@ HERMES_REPEAT = (
 # ---- the engines' grammars --------------------------------------------------------------------------------
 
 
-class _LlamaCppGrammar(GrammarProbe):
-    """llama.cpp's grammar sampler over the tiny GGUF's vocabulary, lazy when the constraint has triggers.
-    A control token's text is read as that token (`[TOOL_CALLS]` is one token, as a model writes it);
-    text the vocabulary has no token for is its bytes, which the grammar matches as text."""
-
-    def tokens(self, text: str) -> list[int]:
-        raw = text.encode()
-        buffer = (self._ll.llama_token * (len(raw) + 8))()
-        count = self._ll.llama_tokenize(self._vocab, raw, len(raw), buffer, len(buffer), False, True)
-        assert count >= 0
-        return list(buffer[:count])
+class _LlamaCppGrammar(LazyGrammarProbe):
+    """llama.cpp's grammar sampler over the tiny GGUF's vocabulary, run as the engine runs it: from a
+    trigger on when the constraint has triggers (engines/llamacpp/_lazy.py). A control token's text is
+    read as that token (`[TOOL_CALLS]` is one token, as a model writes it); text the vocabulary has no
+    token for is its bytes, which the grammar matches as text."""
 
     def __call__(self, constraint: Constraint, text: str) -> bool:
         grammar = compile_constraint(constraint)
-        sampler = _grammar_sampler(self._ll, self._vocab, grammar, constraint.triggers)
-        try:
-            for token in self.tokens(text):
-                if not self._allowed(sampler, token):
-                    return False
-                self._ll.llama_sampler_accept(sampler, token)
-            return self._allowed(sampler, self._eos)
-        finally:
-            self._ll.llama_sampler_free(sampler)
+        if constraint.triggers:
+            return self.refused_at(grammar, constraint.triggers, text) is None
+        return self.accepts(grammar, text)
 
 
 def _with_markers(tokenizer: Any) -> Any:

@@ -351,25 +351,13 @@ class _BudgetedConverter:
         return str(self._converter.format_grammar())
 
 
-def check_grammar(llama_cpp: ModuleType, vocab: Any, grammar: str, triggers: tuple[str, ...] = ()) -> None:
+def check_grammar(llama_cpp: ModuleType, vocab: Any, grammar: str) -> None:
     """Raise ConstraintError if llama.cpp cannot parse `grammar` (checked before a request is queued,
     so the client gets a 400 at once instead of an error event after waiting for a slot)."""
-    sampler = _grammar_sampler(llama_cpp, vocab, grammar, triggers)
+    sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), GRAMMAR_ROOT.encode())
     if not sampler:
         raise ConstraintError("llama.cpp rejected the grammar compiled from this constraint")
     llama_cpp.llama_sampler_free(sampler)
-
-
-def _grammar_sampler(llama_cpp: ModuleType, vocab: Any, grammar: str, triggers: tuple[str, ...]) -> Any:
-    """llama.cpp's grammar sampler; with `triggers` (`Constraint.triggers`: patterns the server wrote,
-    never a client's, as llama.cpp's std::regex would abort the process on a bad one) its lazy form,
-    which leaves tokens free until the text generated so far matches one of them."""
-    if not triggers:
-        return llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), GRAMMAR_ROOT.encode())
-    patterns = (ctypes.c_char_p * len(triggers))(*(t.encode() for t in triggers))
-    return llama_cpp.llama_sampler_init_grammar_lazy_patterns(
-        vocab, grammar.encode(), GRAMMAR_ROOT.encode(), patterns, len(triggers), None, 0
-    )
 
 
 def logits_row(logits_pointer: Any, n_vocab: int) -> npt.NDArray[np.float32]:
@@ -405,12 +393,12 @@ def build_sampler(
     vocab: Any,
     n_vocab: int,
     params: SamplingParams,
-    grammar: str | None,
+    grammar: str | Any | None,
     banned_tokens: Iterable[int],
-    triggers: tuple[str, ...] = (),
 ) -> Any:
     """A new sampler chain for one request (free it with llama_sampler_free); raises ConstraintError.
-    `triggers`: the grammar is lazy (`Constraint.triggers`)."""
+    `grammar`: GBNF text, or a grammar sampler already made (a lazy grammar's, caught up: the chain
+    takes it over)."""
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
     add = llama_cpp.llama_sampler_chain_add
     biases = {int(token): float(bias) for token, bias in params.logit_bias.items() if 0 <= int(token) < n_vocab}
@@ -434,7 +422,11 @@ def build_sampler(
             ),
         )
     if grammar is not None:
-        grammar_sampler = _grammar_sampler(llama_cpp, vocab, grammar, triggers)
+        grammar_sampler = (
+            llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), GRAMMAR_ROOT.encode())
+            if isinstance(grammar, str)
+            else grammar
+        )
         if not grammar_sampler:
             llama_cpp.llama_sampler_free(chain)
             raise ConstraintError("llama.cpp rejected the grammar compiled from this constraint")

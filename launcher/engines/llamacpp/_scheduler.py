@@ -43,6 +43,7 @@ from launcher.engines.base import FinishReason, GenerationEvent, GenerationReque
 from launcher.engines.llamacpp._batch import TokenBatch
 from launcher.engines.llamacpp._disk_tier import DiskTier
 from launcher.engines.llamacpp._draft import DraftModel, DraftWant
+from launcher.engines.llamacpp._lazy import WatchedGrammar
 from launcher.engines.llamacpp._pacing import StepClock, burst_wait, prompt_takes
 from launcher.engines.llamacpp._sampling import (
     ConstraintError,
@@ -81,6 +82,7 @@ class _Slot:
     last_used: int = 0
     job: Job | None = None
     sampler: Any = None  # llama.cpp sampler chain; None for plain greedy requests (argmax)
+    lazy: WatchedGrammar | None = None  # a lazy grammar still waiting for its trigger
     pending_token: int = -1  # sampled, not yet evaluated; -1 while the prompt is being read
     out_index: int = -1  # batch row whose logits this slot samples from this step
     step_tokens: int = 0
@@ -356,8 +358,27 @@ class Scheduler(SchedulerThread[Job]):
 
     def _pick(self, slot: _Slot, row: int) -> int:
         if slot.sampler is None:
-            return greedy_token(self._ll.llama_get_logits_ith(self._ctx, row), self._n_vocab)
-        return int(self._ll.llama_sampler_sample(slot.sampler, self._ctx, row))
+            token = greedy_token(self._ll.llama_get_logits_ith(self._ctx, row), self._n_vocab)
+        else:
+            token = int(self._ll.llama_sampler_sample(slot.sampler, self._ctx, row))
+        if slot.lazy is not None:
+            self._watch(slot, token)
+        return token
+
+    def _watch(self, slot: _Slot, token: int) -> None:
+        """Feed a lazy grammar's trigger watch; once it fires, the grammar constrains the tokens after
+        this one (a later row of this step's draft too: each row is picked after the one before)."""
+        assert slot.lazy is not None and slot.job is not None
+        grammar = slot.lazy.add(token)
+        if not slot.lazy.waiting:
+            slot.lazy = None
+        if grammar is None:
+            return
+        banned = self._eog if slot.job.request.ignore_eos else frozenset()
+        chain = build_sampler(self._ll, self._vocab, self._n_vocab, slot.job.request.sampling, grammar, banned)
+        if slot.sampler is not None:
+            self._ll.llama_sampler_free(slot.sampler)
+        slot.sampler = chain
 
     def _ends(self, slot: _Slot, tokens: list[int]) -> bool:
         """Whether the reply ends at the last of `tokens` (sampled this step): an end-of-generation
@@ -407,13 +428,14 @@ class Scheduler(SchedulerThread[Job]):
 
     def _start(self, job: Job) -> None:
         banned = self._eog if job.request.ignore_eos else frozenset()
-        sampler = None
-        if not plain_greedy(job.request.sampling, job.grammar, banned):
+        sampler = lazy = None
+        triggers = job.request.constraint.triggers if job.request.constraint is not None else ()
+        grammar = job.grammar
+        if grammar is not None and triggers:  # free until a trigger fires (see _lazy.py)
+            lazy, grammar = WatchedGrammar(self._ll, self._vocab, grammar, triggers, self._piece), None
+        if not plain_greedy(job.request.sampling, grammar, banned):
             try:
-                triggers = job.request.constraint.triggers if job.request.constraint is not None else ()
-                sampler = build_sampler(
-                    self._ll, self._vocab, self._n_vocab, job.request.sampling, job.grammar, banned, triggers
-                )
+                sampler = build_sampler(self._ll, self._vocab, self._n_vocab, job.request.sampling, grammar, banned)
             except ConstraintError as err:
                 self._events.emit(job, refusal(job.request, str(err)))
                 return
@@ -448,7 +470,7 @@ class Scheduler(SchedulerThread[Job]):
         hints = job.request.checkpoint_hints
         slot.checkpoint_at = self._window.plan(len(prompt), reuse, self._batch.capacity, hints)
         self._tally.prefix_lookup(reuse)
-        slot.job, slot.sampler = job, sampler
+        slot.job, slot.sampler, slot.lazy = job, sampler, lazy
         slot.pending_token, slot.out_index, slot.n_generated = -1, -1, 0
         slot.cached_prompt_tokens = reuse
         slot.disk_prompt_tokens = 0
@@ -500,7 +522,7 @@ class Scheduler(SchedulerThread[Job]):
         self._events.emit(job, final)
         if slot.sampler is not None:
             self._ll.llama_sampler_free(slot.sampler)
-        slot.job, slot.sampler, slot.pending_token = None, None, -1
+        slot.job, slot.sampler, slot.lazy, slot.pending_token = None, None, None, -1
         slot.checkpoint_at = []
         self._running.remove(slot)
         self._tick += 1

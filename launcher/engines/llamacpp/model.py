@@ -162,8 +162,8 @@ class LlamaCppModel:
 
     # ----- generation ------------------------------------------------------------------------
 
-    # Lazy constraints (`Constraint.triggers`: tool calls on `tool_choice: auto`) run on llama.cpp's
-    # lazy grammar sampler.
+    # Lazy constraints (`Constraint.triggers`: tool calls on `tool_choice: auto`): the trigger is watched in
+    # Python and llama.cpp's grammar sampler takes over from it (_lazy.py says why not llama.cpp's own).
     lazy_constraints = True
 
     @property
@@ -191,8 +191,9 @@ class LlamaCppModel:
         if problem is None and request.constraint is not None:
             try:
                 grammar = compile_constraint(request.constraint)
-                check_grammar(self._ll, self._vocab, grammar, request.constraint.triggers)
+                check_grammar(self._ll, self._vocab, grammar)
             except ConstraintError as err:
+                grammar = None
                 if not request.constraint.triggers:
                     problem = str(err)
                 else:  # a lazy tool-call grammar only helps: without it the call is parsed as before

@@ -63,3 +63,45 @@ class GrammarProbe:
         candidates = self._ll.llama_token_data_array(data, 1, -1, False)
         self._ll.llama_sampler_apply(sampler, ctypes.byref(candidates))
         return not math.isinf(data[0].logit)
+
+
+class LazyGrammarProbe(GrammarProbe):
+    """The grammar probe run the way the engine runs a lazy grammar (`Constraint.triggers`): tokens are
+    free while `_lazy.WatchedGrammar` waits for a trigger, then checked against the grammar it caught up."""
+
+    def tokens(self, text: str) -> list[int]:
+        """`text` as a model writes it: a control token's text (`[TOOL_CALLS]`) is that token."""
+        raw = text.encode()
+        buffer = (self._ll.llama_token * (len(raw) + 8))()
+        count = self._ll.llama_tokenize(self._vocab, raw, len(raw), buffer, len(buffer), False, True)
+        assert count >= 0
+        return list(buffer[:count])
+
+    def piece(self, token: int) -> bytes:
+        buffer = ctypes.create_string_buffer(64)
+        size = self._ll.llama_token_to_piece(self._vocab, token, buffer, len(buffer), 0, True)
+        assert size >= 0
+        return buffer.raw[:size]
+
+    def refused_at(self, grammar: str, triggers: tuple[str, ...], text: str) -> int | None:
+        """Where the grammar refuses the model's next token as it writes `text` (the offset of that token's
+        text; `len(text)` when it may not end there), or None when all of it passes and may end."""
+        from launcher.engines.llamacpp._lazy import WatchedGrammar, grammar_allows
+
+        watch: WatchedGrammar | None = WatchedGrammar(self._ll, self._vocab, grammar, triggers, self.piece)
+        sampler = None
+        try:
+            written = 0
+            for token in self.tokens(text):
+                if sampler is not None:
+                    if not grammar_allows(self._ll, sampler, token):
+                        return written
+                    self._ll.llama_sampler_accept(sampler, token)
+                elif watch is not None:
+                    sampler = watch.add(token)
+                    watch = watch if watch.waiting else None
+                written += len(self.piece(token).decode(errors="replace"))
+            return None if sampler is None or grammar_allows(self._ll, sampler, self._eos) else len(text)
+        finally:
+            if sampler is not None:
+                self._ll.llama_sampler_free(sampler)

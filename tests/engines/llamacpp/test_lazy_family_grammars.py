@@ -1,61 +1,36 @@
-"""The lazy call grammars of Llama 3.x and gpt-oss (harmony) on llama.cpp's own grammar sampler: they
+"""The lazy call grammars of Llama 3.x and gpt-oss (harmony) on llama.cpp's grammar sampler, run as the
+engine runs them (engines/llamacpp/_lazy.py): they
 compile with their triggers, the family's calls pass whole (the grammar takes over at the call, from
 the token that set a trigger off), text that is no call stays free, and a started call can only go on
 as a call to one of the request's tools with arguments its schema allows.
 
 The tiny GGUF's tokenizer spells the families' control tokens out in pieces, so triggers meet the text
-at every kind of token boundary: one that fired on text its grammar refuses would abort the process.
+at every kind of token boundary.
 """
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from launcher.engines.base import Constraint
-from launcher.engines.llamacpp._sampling import GRAMMAR_ROOT, compile_constraint
+from launcher.engines.llamacpp._sampling import compile_constraint
 from launcher.server.templates import ToolFormat
 from launcher.server.toolcalls import lazy_tool_constraint
-from tests.engines.llamacpp.support import GrammarProbe
+from tests.engines.llamacpp.support import LazyGrammarProbe
 from tests.server.test_tool_families import TOOLS
 
 
-class LazyGrammarProbe(GrammarProbe):
-    """The grammar probe with llama.cpp's lazy grammar sampler."""
-
-    def refused_at(self, constraint: Constraint, text: str) -> int | None:
-        """Where the sampler refuses the model's next token as it writes `text` (the offset of that
-        token's text; `len(text)` when it may not end there), or None when all of it passes and may end."""
-        triggers = (ctypes.c_char_p * len(constraint.triggers))(*(t.encode() for t in constraint.triggers))
-        grammar = compile_constraint(constraint).encode()
-        sampler = self._ll.llama_sampler_init_grammar_lazy_patterns(
-            self._vocab, grammar, GRAMMAR_ROOT.encode(), triggers, len(constraint.triggers), None, 0
-        )
-        assert sampler, "llama.cpp rejected the grammar or a trigger"
-        try:
-            written = 0
-            for token in self.tokens(text):
-                if not self._allowed(sampler, token):
-                    return written
-                self._ll.llama_sampler_accept(sampler, token)
-                written += len(self.piece(token))
-            return None if self._allowed(sampler, self._eos) else len(text)
-        finally:
-            self._ll.llama_sampler_free(sampler)
-
-    def piece(self, token: int) -> str:
-        buffer = ctypes.create_string_buffer(64)
-        size = self._ll.llama_token_to_piece(self._vocab, token, buffer, len(buffer), 0, True)
-        assert size >= 0
-        return buffer.raw[:size].decode()
+class _Probe(LazyGrammarProbe):
+    def refused_at_constraint(self, constraint: Constraint, text: str) -> int | None:
+        return self.refused_at(compile_constraint(constraint), constraint.triggers, text)
 
 
 @pytest.fixture(scope="module")
-def probe(tiny_gguf: Path) -> Iterator[LazyGrammarProbe]:
-    lazy_probe = LazyGrammarProbe(tiny_gguf)
+def probe(tiny_gguf: Path) -> Iterator[_Probe]:
+    lazy_probe = _Probe(tiny_gguf)
     yield lazy_probe
     lazy_probe.close()
 
@@ -84,11 +59,11 @@ ANALYSIS = "<|channel|>analysis<|message|>I could write to=functions.get_weather
         ("llama3", '{"name": "read_file", "parameters": {"path": "a.py"}}'),
     ],
 )
-def test_the_family_s_call_passes_whole(probe: LazyGrammarProbe, fmt: ToolFormat, reply: str) -> None:
+def test_the_family_s_call_passes_whole(probe: _Probe, fmt: ToolFormat, reply: str) -> None:
     constraint = lazy_tool_constraint(fmt, TOOLS, parallel=True, thinking="no")
-    assert probe.refused_at(constraint, reply) is None
+    assert probe.refused_at_constraint(constraint, reply) is None
     # the grammar took the call: once it is whole, the reply ends
-    assert probe.refused_at(constraint, reply + "\nThe end.") == len(reply)
+    assert probe.refused_at_constraint(constraint, reply + "\nThe end.") == len(reply)
 
 
 @pytest.mark.parametrize(
@@ -101,9 +76,9 @@ def test_the_family_s_call_passes_whole(probe: LazyGrammarProbe, fmt: ToolFormat
         ("llama3", 'It is sunny. {"name": "get_weather", "parameters": {"cities": []}}'),
     ],
 )
-def test_text_that_is_no_call_stays_free(probe: LazyGrammarProbe, fmt: ToolFormat, reply: str) -> None:
+def test_text_that_is_no_call_stays_free(probe: _Probe, fmt: ToolFormat, reply: str) -> None:
     constraint = lazy_tool_constraint(fmt, TOOLS, parallel=True, thinking="no")
-    assert probe.refused_at(constraint, reply) is None
+    assert probe.refused_at_constraint(constraint, reply) is None
 
 
 @pytest.mark.parametrize(
@@ -122,10 +97,10 @@ def test_text_that_is_no_call_stays_free(probe: LazyGrammarProbe, fmt: ToolForma
     ],
 )
 def test_a_started_call_goes_on_only_as_a_call_to_a_request_s_tool(
-    probe: LazyGrammarProbe, fmt: ToolFormat, reply: str, refused: str
+    probe: _Probe, fmt: ToolFormat, reply: str, refused: str
 ) -> None:
     constraint = lazy_tool_constraint(fmt, TOOLS, parallel=True, thinking="no")
-    at = probe.refused_at(constraint, reply)
+    at = probe.refused_at_constraint(constraint, reply)
     wrong = reply.rindex(refused)
     # the token refused is the one that starts the wrong text (it may begin with a quote or a space)
     assert at is not None and wrong - 2 <= at <= wrong, (at, reply[at or 0 :])

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from launcher.engines.base import GenerationRequest, SamplingParams
+from launcher.engines.base import Constraint, GenerationRequest, SamplingParams
 from launcher.engines.llamacpp.model import LlamaCppModel
 from launcher.server.toolcalls import lazy_tool_constraint, parse_tool_calls
 from tests.engines.support import exact, run
@@ -107,12 +107,32 @@ def test_the_grammar_waits_for_a_call_outside_thinking(thinking: str, reply: str
     assert (min(found) if found else None) == call_at
 
 
-def test_mistral_calls_are_lazy_on_their_marker_and_formats_without_one_are_not() -> None:
+def test_mistral_calls_are_lazy_on_their_marker() -> None:
     mistral = lazy_tool_constraint("mistral", TOOLS, parallel=False, thinking="no")
     assert mistral is not None and mistral.triggers == (r"(\[TOOL_CALLS\])",)
     assert mistral.schema is not None and mistral.schema["maxItems"] == 1
-    assert lazy_tool_constraint("llama3", TOOLS, parallel=True, thinking="no") is None
-    assert lazy_tool_constraint("harmony", TOOLS, parallel=True, thinking="no") is None
+
+
+async def test_a_trigger_completed_by_a_token_that_carries_text_the_grammar_refuses_leaves_the_reply_free(
+    tiny_model: LlamaCppModel, text_prompt: list[int]
+) -> None:
+    """A Gemma model writes `<tool_call>{"` with the token `>{"`: the trigger `(<tool_call>)` completes inside
+    a token that carries `{"`, which the grammar (`<tool_call>\n{`) refuses there. llama.cpp's own lazy
+    sampler would replay that text into the grammar and abort the process; the reply must go on free."""
+    token = next(t for t in range(tiny_model.info.vocab_size) if _two_letters(tiny_model.token_bytes(t)))
+    piece = tiny_model.token_bytes(token).decode()
+    # the trigger is the token's first letter; the grammar wants that letter and then a newline
+    constraint = Constraint(
+        kind="json_schema", schema={"type": "object"}, prefix_text=piece[0] + "\n", triggers=(f"({piece[0]})",)
+    )
+    sampling = SamplingParams(temperature=0.0, logit_bias={token: 30.0})
+    reply = await run(tiny_model, GenerationRequest(text_prompt, 8, sampling=sampling, constraint=constraint))
+    assert reply.tokens[0] == token and reply.last.finish_reason == "length"
+    assert reply.tokens == [token] * 8  # unconstrained: the bias keeps winning
+
+
+def _two_letters(piece: bytes) -> bool:
+    return len(piece) == 2 and piece.isalpha() and piece.isascii()
 
 
 async def test_tools_whose_grammar_is_over_budget_are_served_unconstrained_and_not_compiled_again(
