@@ -401,7 +401,9 @@ async def start_chat(slot: ModelSlot, options: ChatOptions) -> ChatRun:
     if options.tools and options.tool_choice != "none":
         tool_format = template.tool_format
         if options.tool_choice != "auto":
-            constraint, tool_format = tool_constraint(template.tool_format, _choice_tools(options))
+            # `required` may make several calls where the client allows it; a named function, one
+            several = options.tool_choice == "required" and options.parallel_tool_calls
+            constraint, tool_format = tool_constraint(template.tool_format, _choice_tools(options), parallel=several)
             grammar = "required"
         elif (
             constraint is None and slot.config.tool_call_grammar == "lazy" and getattr(model, "lazy_constraints", False)

@@ -896,9 +896,9 @@ def lazy_tool_constraint(
     opened one ("inside"). A call marker written while thinking is not a call, so with thinking the
     grammar waits for a call that opens the reply or follows `</think>`; a call after other text is
     then parsed unconstrained, as without a grammar. gpt-oss (harmony) thinks in a channel of its own:
-    its grammar waits for a call header that opens a message. (No pattern scans the whole reply with
-    `.*`: llama.cpp matches them with std::regex, whose backtracking recurses once per character and can
-    overflow the stack on a long reply.)
+    its grammar waits for a call header that opens a message. Every engine searches the reply so far
+    with the patterns (Python `re`) after each token (engines/lazy_grammar.py); none starts with `.*`,
+    which would only make each search slower.
 
     Llama 3.x and gpt-oss write one call per reply (gpt-oss ends its reply with `<|call|>`), so theirs is
     one call whatever `parallel` says."""
@@ -915,7 +915,7 @@ def lazy_tool_constraint(
         "inside": (after_thinking,),
     }[thinking]
     constraint, _ = tool_constraint(fmt, tools, parallel=parallel)
-    return replace(constraint, triggers=triggers, repeat=constraint.repeat or (parallel and fmt == "hermes"))
+    return replace(constraint, triggers=triggers)
 
 
 def tool_constraint(
@@ -940,7 +940,11 @@ def tool_constraint(
     schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
     if fmt == "hermes":
         return Constraint(
-            kind="json_schema", schema=schema, prefix_text="<tool_call>\n", suffix_text="\n</tool_call>"
+            kind="json_schema",
+            schema=schema,
+            prefix_text="<tool_call>\n",
+            suffix_text="\n</tool_call>",
+            repeat=parallel,  # each call in its own tags, one after another
         ), fmt
     if fmt == "mistral" or fmt in CALL_LIST_WRAP:
         array = {"type": "array", "items": schema, "minItems": 1, **({} if parallel else {"maxItems": 1})}

@@ -79,11 +79,6 @@ MARKERS = (
 )
 END = "<|im_end|>"  # the tiny models' end of generation
 
-HERMES_REPEAT = (
-    "tool_constraint('hermes', tools, parallel=True) returns repeat=False, so it forces one call: the family's "
-    "two-call reply is refused by every engine, although its docstring promises one or more calls for families "
-    "that write them one after another (lazy_tool_constraint adds the repeat for hermes itself)"
-)
 # ---- the engines' grammars --------------------------------------------------------------------------------
 
 
@@ -268,12 +263,7 @@ def with_arguments(fmt: ToolFormat, text: str, arguments: dict[str, Any]) -> str
 
 @pytest.mark.parametrize(
     "family",
-    [
-        pytest.param(f, id=f.fmt, marks=pytest.mark.xfail(strict=True, reason=HERMES_REPEAT))
-        if f.fmt == "hermes"
-        else pytest.param(f, id=f.fmt)
-        for f in FAMILIES
-    ],
+    [pytest.param(f, id=f.fmt) for f in FAMILIES],
 )
 def test_the_forced_grammar_accepts_the_family_s_calls(engine: tuple[str, Accepts], family: Family) -> None:
     _, accepts = engine
@@ -316,8 +306,6 @@ def test_an_integer_s_bounds_hold(engine: tuple[str, Accepts], family: Family) -
     tools = [{"type": "function", "function": {**weather, "parameters": parameters}}, *TOOLS[1:]]
     constraint, _ = tool_constraint(family.fmt, tools, parallel=True)
     text = forced_text(family)
-    if family.fmt == "hermes":  # one call (see HERMES_REPEAT)
-        text = family.history_call
     assert accepts(constraint, text)
     assert not accepts(constraint, with_arguments(family.fmt, text, {"city": "Paris", "days": 15}))
 
