@@ -16,15 +16,13 @@ as without a grammar.
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import math
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
 from launcher.engines.lazy_grammar import Handover, TriggerWatch
-from launcher.engines.llamacpp._sampling import GRAMMAR_ROOT
+from launcher.engines.llamacpp._sampling import GRAMMAR_ROOT, grammar_allows
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +80,3 @@ class WatchedGrammar:
         buffer = (self._ll.llama_token * (len(text) + 8))()
         count = self._ll.llama_tokenize(self._vocab, text, len(text), buffer, len(buffer), False, True)
         return list(buffer[: max(count, 0)])
-
-
-def grammar_allows(llama_cpp: ModuleType, sampler: Any, token: int) -> bool:
-    """Whether a grammar sampler, in its state now, lets `token` come next (accepting a refused token
-    would throw inside llama.cpp and abort the process)."""
-    data = (llama_cpp.llama_token_data * 1)()
-    data[0].id, data[0].logit, data[0].p = token, 0.0, 0.0
-    candidates = llama_cpp.llama_token_data_array(data, 1, -1, False)
-    llama_cpp.llama_sampler_apply(sampler, ctypes.byref(candidates))
-    return not math.isinf(data[0].logit)

@@ -47,6 +47,7 @@ from launcher.engines.llamacpp._lazy import WatchedGrammar
 from launcher.engines.llamacpp._pacing import StepClock, burst_wait, prompt_takes
 from launcher.engines.llamacpp._sampling import (
     ConstraintError,
+    RequestSampler,
     build_sampler,
     greedy_token,
     plain_greedy,
@@ -81,7 +82,7 @@ class _Slot:
     n_cached: int = 0
     last_used: int = 0
     job: Job | None = None
-    sampler: Any = None  # llama.cpp sampler chain; None for plain greedy requests (argmax)
+    sampler: RequestSampler | None = None  # None for plain greedy requests (argmax)
     lazy: WatchedGrammar | None = None  # a lazy grammar still waiting for its trigger
     pending_token: int = -1  # sampled, not yet evaluated; -1 while the prompt is being read
     out_index: int = -1  # batch row whose logits this slot samples from this step
@@ -360,7 +361,7 @@ class Scheduler(SchedulerThread[Job]):
         if slot.sampler is None:
             token = greedy_token(self._ll.llama_get_logits_ith(self._ctx, row), self._n_vocab)
         else:
-            token = int(self._ll.llama_sampler_sample(slot.sampler, self._ctx, row))
+            token = slot.sampler.sample(self._ctx, row)
         if slot.lazy is not None:
             self._watch(slot, token)
         return token
@@ -375,10 +376,10 @@ class Scheduler(SchedulerThread[Job]):
         if grammar is None:
             return
         banned = self._eog if slot.job.request.ignore_eos else frozenset()
-        chain = build_sampler(self._ll, self._vocab, self._n_vocab, slot.job.request.sampling, grammar, banned)
+        sampler = build_sampler(self._ll, self._vocab, self._n_vocab, slot.job.request.sampling, grammar, banned)
         if slot.sampler is not None:
-            self._ll.llama_sampler_free(slot.sampler)
-        slot.sampler = chain
+            slot.sampler.free()
+        slot.sampler = sampler
 
     def _ends(self, slot: _Slot, tokens: list[int]) -> bool:
         """Whether the reply ends at the last of `tokens` (sampled this step): an end-of-generation
@@ -521,7 +522,7 @@ class Scheduler(SchedulerThread[Job]):
         )
         self._events.emit(job, final)
         if slot.sampler is not None:
-            self._ll.llama_sampler_free(slot.sampler)
+            slot.sampler.free()
         slot.job, slot.sampler, slot.lazy, slot.pending_token = None, None, None, -1
         slot.checkpoint_at = []
         self._running.remove(slot)

@@ -200,7 +200,12 @@ class LlamaCppModel:
                     log.info("the tool-call grammar is not used for this request: %s", err)
         # a refused prompt may hold ids that do not fit an int32
         prompt = np.asarray(request.prompt_tokens if problem is None else [], dtype=np.int32)
-        job = Job(request=checked.request, prompt=prompt, grammar=grammar, loop=loop, queue=asyncio.Queue())
+        admitted = checked.request
+        if grammar is not None and admitted.ignore_eos:
+            # a constrained reply ends where its grammar does: past that point the grammar allows only the
+            # end of generation, and a token it refuses would abort llama.cpp
+            admitted = dataclasses.replace(admitted, ignore_eos=False)
+        job = Job(request=admitted, prompt=prompt, grammar=grammar, loop=loop, queue=asyncio.Queue())
         return self._scheduler.stream(job, problem, closed=self._closed)
 
     async def embed(self, texts: list[str]) -> list[list[float]]:

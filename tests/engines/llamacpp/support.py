@@ -86,7 +86,8 @@ class LazyGrammarProbe(GrammarProbe):
     def refused_at(self, grammar: str, triggers: tuple[str, ...], text: str) -> int | None:
         """Where the grammar refuses the model's next token as it writes `text` (the offset of that token's
         text; `len(text)` when it may not end there), or None when all of it passes and may end."""
-        from launcher.engines.llamacpp._lazy import WatchedGrammar, grammar_allows
+        from launcher.engines.llamacpp._lazy import WatchedGrammar
+        from launcher.engines.llamacpp._sampling import grammar_allows
 
         watch: WatchedGrammar | None = WatchedGrammar(self._ll, self._vocab, grammar, triggers, self.piece)
         sampler = None

@@ -77,6 +77,16 @@ async def test_json_object_and_regex_constraints(tiny_model: LlamaCppModel, text
     assert head in ("yes", "no") and len(digits) == 3 and digits.isdigit()
 
 
+async def test_a_constrained_reply_ends_with_its_grammar_even_when_asked_to_ignore_eos(
+    tiny_model: LlamaCppModel, text_prompt: list[int]
+) -> None:
+    """`ignore_eos` (a client's benchmark flag) with a grammar: once the grammar is complete it allows only
+    the end of generation, and a token it refused would abort llama.cpp (the server with it)."""
+    constraint = Constraint(kind="regex", pattern="(yes|no)")
+    reply = await run(tiny_model, greedy(text_prompt, 20, constraint=constraint, ignore_eos=True))
+    assert reply.last.finish_reason == "stop" and reply.text in ("yes", "no")
+
+
 async def test_invalid_constraint_is_an_error_event(tiny_model: LlamaCppModel, text_prompt: list[int]) -> None:
     broken = Constraint(kind="grammar_gbnf", pattern="root ::= ( unclosed")
     outcome = await run(tiny_model, greedy(text_prompt, 5, constraint=broken))
