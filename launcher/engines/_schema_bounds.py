@@ -23,6 +23,10 @@ a pattern's `{m,n}`...), for compilers that expand repetitions lazily (llguidanc
 grammars spell every repetition out and pass a tighter bound (see its `_sampling`)."""
 MAX_TOTAL_REPETITION = 1_000_000
 """The sum of those counts over the whole schema (each is compiled separately)."""
+SPELLED_OUT_REPETITION = 1_000
+"""The largest count llama.cpp's grammars accept (they spell every repetition out): the tightest bound
+of any engine."""
+_MAXIMUM_KEYWORDS = ("maxLength", "maxItems", "maxProperties", "maxContains")
 MAX_SCHEMA_DEPTH = 64
 """Subschemas nested inside each other (the compilers recurse through them)."""
 MAX_SUBSCHEMAS = 20_000
@@ -236,6 +240,30 @@ def with_patterns(schema: Any, rewrite: Callable[[str], str]) -> Any:
             out[key] = [with_patterns(sub, rewrite) for sub in value]
         elif key in _SCHEMA_VALUES:
             out[key] = with_patterns(value, rewrite)
+        else:
+            out[key] = value
+    return out
+
+
+def without_large_maximums(schema: Any, limit: int = SPELLED_OUT_REPETITION) -> Any:
+    """A copy of `schema` without the maximum counts above `limit` (`maxLength: 524288`).
+
+    For tool schemas: agents write them to validate calls, not for a grammar (Claude Code's Workflow
+    tool allows a 524,288-character script), and the grammar of a call that may be that long is the
+    grammar of one without the bound. Refusing it would leave every call of the session unconstrained.
+    Minimum counts stay: dropping one would let the grammar write a call the tool refuses."""
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _MAXIMUM_KEYWORDS and isinstance(value, int) and value > limit:
+            continue
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: without_large_maximums(sub, limit) for name, sub in value.items()}
+        elif key in _SCHEMA_LISTS + _SCHEMA_VALUES and isinstance(value, list):
+            out[key] = [without_large_maximums(sub, limit) for sub in value]
+        elif key in _SCHEMA_VALUES:
+            out[key] = without_large_maximums(value, limit)
         else:
             out[key] = value
     return out

@@ -22,6 +22,7 @@ import secrets
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from launcher.engines._schema_bounds import without_large_maximums
 from launcher.engines.base import CallShape, Constraint
 from launcher.engines.call_shapes import is_raw_text
 from launcher.server.call_repair import repaired_json
@@ -739,6 +740,18 @@ class StreamingToolParser:
         return events
 
 
+def _grammar_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tools as their call grammar sees them: maximum counts too large for a grammar dropped
+    (`without_large_maximums`: Claude Code's tools would otherwise get no call grammar at all)."""
+    return [
+        {
+            **tool,
+            "function": {**tool["function"], "parameters": without_large_maximums(tool["function"].get("parameters"))},
+        }
+        for tool in tools
+    ]
+
+
 def _call_schema(fmt: ToolFormat, name: str, parameters: dict[str, Any] | None) -> dict[str, Any]:
     args_key = "parameters" if fmt == "llama3" else "arguments"
     return {
@@ -902,6 +915,7 @@ def lazy_tool_constraint(
 
     Llama 3.x and gpt-oss write one call per reply (gpt-oss ends its reply with `<|call|>`), so theirs is
     one call whatever `parallel` says."""
+    tools = _grammar_tools(tools)
     if fmt == "harmony":
         return Constraint(kind="tool_calls", calls=_harmony_call_shapes(tools), triggers=_harmony_triggers(tools))
     if fmt == "llama3":
@@ -927,6 +941,7 @@ def tool_constraint(
 
     harmony is constrained in hermes form (its call header names the tool before the JSON).
     """
+    tools = _grammar_tools(tools)
     if fmt == "harmony":
         fmt = "hermes"
     if fmt in _TAGGED_READERS:

@@ -18,7 +18,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from launcher.engines._schema_bounds import SchemaBoundsError, check_schema_bounds, whole_string_pattern, with_patterns
+from launcher.engines._schema_bounds import (
+    SPELLED_OUT_REPETITION,
+    SchemaBoundsError,
+    check_schema_bounds,
+    whole_string_pattern,
+    with_patterns,
+)
 from launcher.engines.base import CallShape, Constraint, SamplingParams, TokenLogprob
 from launcher.engines.call_shapes import Param, call_params
 from launcher.engines.llamacpp._int_range import integer_bounds, integer_range_gbnf
@@ -28,7 +34,7 @@ _PENALTY_WINDOW = 64  # tokens the repeat/presence/frequency penalties look back
 # llama.cpp's grammars spell out every repetition a schema asks for, and an optional one (up to
 # `maxLength`) as a nested group: its parser refuses ~1,500 levels and overflows its stack (the
 # server crashes) at ~20,000. Below this bound a schema compiles in milliseconds.
-MAX_REPETITION = 1_000
+MAX_REPETITION = SPELLED_OUT_REPETITION
 MAX_TOTAL_REPETITION = 20_000
 # What a grammar compiled from a schema may come to. The schema bounds keep real schemas far below
 # these; they catch what multiplies past them (a definition inlined by many `allOf`s, say), and
@@ -294,12 +300,19 @@ def _ends_cleanly(step: Callable[[int, str], int], state: int, close: str) -> bo
     return True
 
 
+_SHAPING_KEYS = frozenset(
+    {"$ref", "oneOf", "anyOf", "allOf", "type", "const", "enum", "properties", "additionalProperties"}
+    | {"items", "prefixItems", "pattern", "format", "minLength", "maxLength", "minItems", "maxItems"}
+)
+"""Keywords the converter reads a value's shape from; a schema with none of them allows any value."""
+
+
 class _BudgetedConverter:
     """Runs llama.cpp's SchemaConverter, stopping it once its grammar passes `max_chars` or it runs
     past `deadline` (checked at each rule it adds, and no single rule can be large: see the bounds)."""
 
     def __init__(self, converter_class: Any, *, deadline: float, max_chars: int) -> None:
-        from llama_cpp.llama_grammar import RESERVED_NAMES
+        from llama_cpp.llama_grammar import PRIMITIVE_RULES, RESERVED_NAMES
 
         budget = self
 
@@ -309,6 +322,10 @@ class _BudgetedConverter:
                 return str(super()._add_rule(name, rule))
 
             def visit(self, schema: Any, name: str) -> str:
+                rule_name = name + "-" if name in RESERVED_NAMES else name or "root"
+                if isinstance(schema, dict) and schema and not _SHAPING_KEYS.intersection(schema):
+                    # only words (`{"description": ...}`): any JSON value, which the converter refuses
+                    return self._add_rule(rule_name, self._add_primitive("value", PRIMITIVE_RULES["value"]))
                 # an integer's bounds, which the converter leaves out (engines/llamacpp/_int_range.py)
                 bounds = integer_bounds(schema) if isinstance(schema, dict) else None
                 if bounds is None:
@@ -317,7 +334,6 @@ class _BudgetedConverter:
                     body = integer_range_gbnf(*bounds)
                 except ValueError as err:
                     raise ConstraintError(f"the schema cannot be met: {err}") from None
-                rule_name = name + "-" if name in RESERVED_NAMES else name or "root"
                 return self._add_rule(rule_name, f"{body} space")
 
         self._converter = Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
