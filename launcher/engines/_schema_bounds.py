@@ -228,21 +228,12 @@ def whole_string_pattern(pattern: str, any_char: str = ".") -> str:
 
 def with_patterns(schema: Any, rewrite: Callable[[str], str]) -> Any:
     """A copy of `schema` with every subschema's `pattern` replaced by `rewrite(pattern)`."""
-    if not isinstance(schema, dict):
-        return schema
-    out: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key == "pattern" and isinstance(value, str):
-            out[key] = rewrite(value)
-        elif key in _SCHEMA_MAPS and isinstance(value, dict):
-            out[key] = {name: with_patterns(sub, rewrite) for name, sub in value.items()}
-        elif key in _SCHEMA_LISTS + _SCHEMA_VALUES and isinstance(value, list):
-            out[key] = [with_patterns(sub, rewrite) for sub in value]
-        elif key in _SCHEMA_VALUES:
-            out[key] = with_patterns(value, rewrite)
-        else:
-            out[key] = value
-    return out
+
+    def own(sub: dict[str, Any]) -> dict[str, Any]:
+        pattern = sub.get("pattern")
+        return {**sub, "pattern": rewrite(pattern)} if isinstance(pattern, str) else sub
+
+    return _with_each_subschema(schema, own)
 
 
 def without_large_maximums(schema: Any, limit: int = SPELLED_OUT_REPETITION) -> Any:
@@ -252,18 +243,29 @@ def without_large_maximums(schema: Any, limit: int = SPELLED_OUT_REPETITION) -> 
     tool allows a 524,288-character script), and the grammar of a call that may be that long is the
     grammar of one without the bound. Refusing it would leave every call of the session unconstrained.
     Minimum counts stay: dropping one would let the grammar write a call the tool refuses."""
+
+    def own(sub: dict[str, Any]) -> dict[str, Any]:
+        return {
+            key: value
+            for key, value in sub.items()
+            if not (key in _MAXIMUM_KEYWORDS and isinstance(value, int) and value > limit)
+        }
+
+    return _with_each_subschema(schema, own)
+
+
+def _with_each_subschema(schema: Any, own: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
+    """A copy of `schema` with `own` applied to the keywords of the schema and of each subschema in it."""
     if not isinstance(schema, dict):
         return schema
     out: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key in _MAXIMUM_KEYWORDS and isinstance(value, int) and value > limit:
-            continue
+    for key, value in own(schema).items():
         if key in _SCHEMA_MAPS and isinstance(value, dict):
-            out[key] = {name: without_large_maximums(sub, limit) for name, sub in value.items()}
+            out[key] = {name: _with_each_subschema(sub, own) for name, sub in value.items()}
         elif key in _SCHEMA_LISTS + _SCHEMA_VALUES and isinstance(value, list):
-            out[key] = [without_large_maximums(sub, limit) for sub in value]
+            out[key] = [_with_each_subschema(sub, own) for sub in value]
         elif key in _SCHEMA_VALUES:
-            out[key] = without_large_maximums(value, limit)
+            out[key] = _with_each_subschema(value, own)
         else:
             out[key] = value
     return out

@@ -425,7 +425,7 @@ class RequestSampler:
         self._candidates: npt.NDArray[Any] | None = None
         if grammar is not None:
             self._candidates = np.zeros(n_vocab, dtype=_CANDIDATE)
-            self._candidates["id"] = np.arange(n_vocab, dtype=np.int32)
+            self._ids = np.arange(n_vocab, dtype=np.int32)
 
     def sample(self, context: Any, row: int) -> int:
         """The token for a row of the batch's logits, accepted into the chain (and the grammar)."""
@@ -442,7 +442,7 @@ class RequestSampler:
     def _pick(self, logits: npt.NDArray[np.float32], *, with_grammar: bool) -> int:
         assert self._candidates is not None
         candidates = self._candidates
-        candidates["id"] = np.arange(self._n_vocab, dtype=np.int32)  # samplers sort the array in place
+        candidates["id"] = self._ids  # samplers sort the array in place
         candidates["logit"] = logits
         candidates["p"] = 0.0
         pointer = candidates.ctypes.data_as(ctypes.POINTER(self._ll.llama_token_data))
