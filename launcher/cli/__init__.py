@@ -41,6 +41,7 @@ COMMANDS: dict[str, str] = {
     "serve": "serve a model on an OpenAI/Anthropic-compatible endpoint",
     "bench": "benchmark an OpenAI-compatible endpoint",
     "connect": "show or write a coding agent's settings",
+    "launch": "run a coding agent wired to a local server (started for the run when none is running)",
     "gpu-pack": "list, install or remove the GPU backends of llama.cpp (CUDA, Vulkan)",
     "ps": "list the models a running server has loaded, or unload one",
     "handoff": "turn the plan into a vLLM or SGLang deployment for bigger machines",
@@ -81,6 +82,19 @@ def _run_internal(name: str, arguments: list[str]) -> int:
         return _backend_probe.run_probe(arguments)
     print(f"launcher: unknown internal command {name!r}", file=sys.stderr)
     return 2
+
+
+PASSTHROUGH_COMMANDS = ("launch",)
+PASSTHROUGH_DEST = "agent_args"
+"""`launcher launch AGENT -- ARGS`: the words after `--` are the agent's, all of them, even ones that
+look like our options or would fill our optional MODEL; argparse would parse them as ours."""
+
+
+def _split_passthrough(words: list[str], command: str | None) -> tuple[list[str], list[str] | None]:
+    if command not in PASSTHROUGH_COMMANDS or "--" not in words:
+        return words, None
+    cut = words.index("--")
+    return words[:cut], words[cut + 1 :]
 
 
 def _command_in(argv: Sequence[str]) -> str | None:
@@ -127,7 +141,10 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     command = _command_in(words)
     if command is None and not any(w in ("-h", "--help", "--version") for w in words):
         words, command = ["gui", *words], "gui"  # a double-click or a bare `launcher` opens the app
+    words, passthrough = _split_passthrough(words, command)
     args = build_parser(command).parse_args(words)
+    if passthrough is not None:
+        setattr(args, PASSTHROUGH_DEST, passthrough)
     launcher_logging.setup(args.log_level)
     try:
         code: int = args._run(args)

@@ -1,7 +1,7 @@
 """`launcher ps`: the models a running server has loaded, with their memory and activity.
 
-launcher ps                         # the server on the default port
-launcher ps --url http://host:8420  # another one
+launcher ps                         # every running server (their run files), else the default port
+launcher ps --url http://host:8420  # that one
 launcher ps --unload qwen3-8b       # free a model now (refused while it answers requests)
 launcher ps --load qwen3-8b         # load one before the first request needs it
 """
@@ -19,7 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from launcher.core.config import DEFAULT_PORT
 
     parser.add_argument(
-        "--url", default=f"http://127.0.0.1:{DEFAULT_PORT}", help="the server (default: this machine's)"
+        "--url",
+        help=f"the server (default: every `launcher serve` running here, else port {DEFAULT_PORT}; "
+        "--load/--unload: the one serving MODEL)",
     )
     parser.add_argument("--api-key", help="the server's API key (default: $LAUNCHER_API_KEY)")
     action = parser.add_mutually_exclusive_group()
@@ -63,15 +65,39 @@ def _table(listing: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Ask the server and print its answer."""
-    import httpx
+    """Ask the server(s) and print the answers."""
 
     from launcher.core.config import API_KEY_ENV
-    from launcher.core.errors import ServerError
 
     key = args.api_key or os.environ.get(API_KEY_ENV)
+    urls = [args.url] if args.url else _running_urls(args.unload or args.load)
+    code = 0
+    for index, url in enumerate(urls):
+        if len(urls) > 1:
+            print(("\n" if index else "") + f"# {url}")
+        code = max(code, _ask(args, url.rstrip("/").removesuffix("/v1"), key))
+    return code
+
+
+def _running_urls(model: str | None) -> list[str]:
+    """The servers to ask: every one the run files name (for --load/--unload the one serving MODEL),
+    else the default port, where a server from before run files may still listen."""
+    from launcher.core.config import DEFAULT_PORT
+    from launcher.core.server_records import running_servers
+
+    servers = running_servers()
+    if model is not None:
+        servers = [s for s in servers if s.serves(model)][:1] or servers[:1]
+    return [s.url for s in servers] or [f"http://127.0.0.1:{DEFAULT_PORT}"]
+
+
+def _ask(args: argparse.Namespace, base: str, key: str | None) -> int:
+    """One server's answer, printed."""
+    import httpx
+
+    from launcher.core.errors import ServerError
+
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    base = args.url.rstrip("/").removesuffix("/v1")
     try:
         with httpx.Client(base_url=base, headers=headers, timeout=None if args.load else 30) as client:
             if args.unload or args.load:

@@ -127,10 +127,10 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
     except ValidationError as err:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in err.errors())
         raise ConfigError(f"Invalid serve settings: {problems}") from err
-    return config.model_copy(update={"api_key": _api_key(config)})
+    return config.model_copy(update={"api_key": api_key_of(config)})
 
 
-def _api_key(config: ServeConfig) -> str | None:
+def api_key_of(config: ServeConfig) -> str | None:
     """The key from --api-key, else the first line of --api-key-file, else $LAUNCHER_API_KEY."""
     import os
     from pathlib import Path

@@ -45,6 +45,12 @@ def cache_dir() -> Path:
     return home / "cache" if home else Path(platformdirs.user_cache_dir(APP_NAME))
 
 
+def state_dir() -> Path:
+    """Directory for what describes this machine's running launchers (the servers' run files)."""
+    home = _home_override()
+    return home / "state" if home else Path(platformdirs.user_state_dir(APP_NAME))
+
+
 def settings_file() -> Path:
     """The one typed settings file."""
     return config_dir() / "settings.toml"

@@ -4,7 +4,8 @@
 server needs none), the model id clients send, the context length when it is known, and the
 small model when the server sends an agent's small-model names (Claude Code's `claude-haiku-*`)
 to another model than the main one.
-`discover_endpoint` asks a running server (`GET /v1/models`) for the missing pieces, so
+`discover_endpoint` asks a running server (`GET /v1/models`; without a URL, the newest one the run
+files name, else the default port) for the missing pieces, so
 `launcher connect` and the app's "Connect an agent" panel never make the user type what the
 server already knows.
 """
@@ -18,6 +19,7 @@ from typing import Any
 from launcher.core.config import DEFAULT_PORT
 from launcher.core.errors import ConfigError, ServerError
 from launcher.core.model_cards import context_length_of_card
+from launcher.core.server_records import running_servers
 
 DEFAULT_BASE_URL = f"http://127.0.0.1:{DEFAULT_PORT}/v1"
 
@@ -73,6 +75,12 @@ def normalize_base_url(url: str) -> str:
     return text
 
 
+def running_base_url() -> str | None:
+    """The base URL of the newest running `launcher serve` (its run file), on whatever port; None if none."""
+    servers = running_servers()
+    return servers[0].base_url if servers else None
+
+
 def discover_endpoint(
     base_url: str | None = None,
     api_key: str | None = None,
@@ -87,7 +95,7 @@ def discover_endpoint(
     """
     import httpx
 
-    url = normalize_base_url(base_url or DEFAULT_BASE_URL)
+    url = normalize_base_url(base_url or running_base_url() or DEFAULT_BASE_URL)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         response = httpx.get(f"{url}/models", headers=headers, timeout=timeout)

@@ -14,10 +14,12 @@ import socket
 import sys
 import threading
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.core.config import CHILD_ENGINES, ServeConfig
 from launcher.core.errors import ConfigError, LauncherError, ServerError
+from launcher.core.server_records import record_server, remove_record
 from launcher.server.library_models import LibraryModels, file_key, library_models
 from launcher.server.metrics import ServerMetrics
 from launcher.server.model_names import library_entry, server_names
@@ -303,6 +305,14 @@ def _serve(config: ServeConfig, child: ChildServer | None) -> int:
                 return
             await asyncio.sleep(1.0)
 
+    async def forget_when_stopping() -> None:
+        """Remove the run file as soon as the server starts to stop: uvicorn ends a SIGTERM'd process
+        by raising the signal again once it has stopped, which skips any `finally` of ours."""
+        while not server.should_exit:
+            await asyncio.sleep(0.1)
+        for path in record:
+            remove_record(path)
+
     async def main() -> int:
         serving = asyncio.create_task(server.serve(sockets=[sock]))
         remotes.in_background(remotes.keep_listing(asked, pool.names.add, _warn))  # never waited for
@@ -320,7 +330,10 @@ def _serve(config: ServeConfig, child: ChildServer | None) -> int:
             await serving
             return int(getattr(error, "exit_code", 1))
         url = public_url(config.host, port)
-        print("LAUNCHER_READY " + json.dumps(_ready(state, url, config)), flush=True)
+        ready = _ready(state, url, config)
+        record.append(record_server(ready))  # `launch`, `connect` and `ps` find us on any port (before READY:
+        print("LAUNCHER_READY " + json.dumps(ready), flush=True)  # whoever saw that line finds the record)
+        forgetting = asyncio.create_task(forget_when_stopping())
         count = len(pool.names.entries)
         served = state.startup or served_remote
         what = served or f"{count} model{'' if count == 1 else 's'} on request"
@@ -329,13 +342,17 @@ def _serve(config: ServeConfig, child: ChildServer | None) -> int:
         print(f"Serving {what} on {url}/v1 (Ctrl+C to stop)", file=sys.stderr, flush=True)
         watcher = asyncio.create_task(watch_child()) if child is not None else None
         await serving
+        forgetting.cancel()
         if watcher is not None:
             watcher.cancel()
         return exit_code
 
+    record: list[Path] = []
     try:
         return asyncio.run(main())
     finally:
+        for path in record:
+            remove_record(path)
         sock.close()
 
 

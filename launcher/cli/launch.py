@@ -1,0 +1,144 @@
+"""`launcher launch AGENT [MODEL] [-- AGENT ARGS...]`: run a coding agent wired to a local server, in one command.
+
+    launcher launch claude-code                      # the running server, or one started for this run
+    launcher launch codex qwen3-coder-30b            # a server that serves (or loads) that model
+    launcher launch opencode -- run "fix the tests"  # everything after -- goes to the agent
+    launcher launch aider --keep-server              # leave the started server running afterwards
+
+The agent is configured for this run only (environment, its own flags, a temporary file); its
+config files are left as they are unless --write is given. Its exit code is launch's; a server
+launch started stops when the agent exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from launcher.integrations.agents.base import Agent
+    from launcher.integrations.endpoint import Endpoint
+    from launcher.integrations.launch import StartedServer
+
+from launcher.cli import PASSTHROUGH_DEST as PASSTHROUGH  # the words after `--`, split off before parsing
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags for `launcher launch`."""
+    from launcher.integrations.agents import AGENTS
+
+    parser.add_argument("agent", help=", ".join(a.id for a in AGENTS.values() if a.run_config is not None))
+    parser.add_argument(
+        "model",
+        nargs="?",
+        help="the model to use: a running server's model name, or what `launcher serve` takes "
+        "(default: the running server's model, else the server's default)",
+    )
+    parser.add_argument("--url", help="use the server at this URL instead of looking for one")
+    parser.add_argument("--api-key", help="the server's API key (default: $LAUNCHER_API_KEY, else the settings')")
+    parser.add_argument("--keep-server", action="store_true", help="leave a server launch started running")
+    parser.add_argument(
+        "--write", action="store_true", help="also write the agent's config files for good (as `connect --write`)"
+    )
+    parser.set_defaults(**{PASSTHROUGH: []})
+
+
+def run(args: argparse.Namespace) -> int:
+    """Find or start the server, run the agent, stop what we started."""
+    from launcher.integrations import launch
+    from launcher.integrations.agents import get_agent
+
+    agent = get_agent(args.agent)
+    command = launch.find_command(agent)
+    api_key = _api_key(args)
+    started: StartedServer | None = None
+    try:
+        if args.url:
+            base_url, model = args.url, args.model
+        else:
+            base_url, model, started = _server(args, api_key)
+        endpoint = launch.endpoint_for(base_url, api_key, model)
+        context = f"{endpoint.context_length:,}-token context" if endpoint.context_length else "context unknown"
+        launch.say(f"{agent.name} -> {endpoint.model_id} at {endpoint.base_url} ({context})")
+        if args.write:
+            _write(agent, endpoint, kept=started is None or args.keep_server)
+        return launch.run_agent(agent, command, endpoint, getattr(args, PASSTHROUGH))
+    finally:
+        if started is not None and args.keep_server:
+            started.detach()
+            launch.say(f"The server keeps running at {started.base_url} (pid {started.process.pid}).")
+        elif started is not None:
+            started.stop()
+
+
+def _server(args: argparse.Namespace, api_key: str | None) -> tuple[str, str | None, StartedServer | None]:
+    """(base URL, model, the server we started or None): a running server for the model, else a new one."""
+    from launcher.core.errors import ServerError
+    from launcher.integrations import launch
+
+    record = launch.find_server(args.model)
+    if record is not None:
+        if record.api_key_required and not api_key:
+            raise ServerError(f"the server at {record.url} needs an API key: pass --api-key or set $LAUNCHER_API_KEY")
+        launch.say(f"Using the server at {record.url} (pid {record.pid}).")
+        if args.model and args.model != record.model:
+            launch.say(f"Loading {args.model}...")
+            launch.preload(record, args.model, api_key)
+        return record.base_url, args.model or record.model, None
+    what = args.model or "the default model"
+    started = launch.start_server(args.model, keep=args.keep_server, progress=_progress(what))
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\033[K")  # the progress line gives way to the ready line
+    launch.say(f"Server ready at {started.base_url} (log: {started.log_path}).")
+    return started.base_url, str(started.ready.get("model") or "") or None, started
+
+
+def _progress(what: str) -> Callable[[str, float], None]:
+    """The progress line while the server starts: rewritten in place on a terminal, else each new stage once."""
+    from launcher.integrations import launch
+
+    on_terminal = sys.stderr.isatty()
+    last_stage: list[str] = []
+
+    def show(stage: str, seconds: float) -> None:
+        line = f"Starting a server for {what}: {stage[:80]} ({seconds:.0f} s)"
+        if on_terminal:
+            sys.stderr.write("\r\033[K" + line)
+            sys.stderr.flush()
+        elif last_stage[-1:] != [stage]:
+            last_stage.append(stage)
+            launch.say(line)
+
+    return show
+
+
+def _api_key(args: argparse.Namespace) -> str | None:
+    """--api-key, else $LAUNCHER_API_KEY, else the key the settings give `launcher serve`."""
+    from launcher.cli.serve import api_key_of
+    from launcher.core import settings
+    from launcher.core.config import API_KEY_ENV
+
+    if args.api_key:
+        return str(args.api_key)
+    if os.environ.get(API_KEY_ENV, "").strip():
+        return os.environ[API_KEY_ENV].strip()
+    return api_key_of(settings.load().serve)
+
+
+def _write(agent: Agent, endpoint: Endpoint, *, kept: bool) -> None:
+    """`--write`: the agent's config files too, for good, as `launcher connect --write` writes them."""
+    from pathlib import Path
+
+    from launcher.integrations import launch
+    from launcher.integrations.writer import apply_edit
+
+    for edit in agent.setup_for(endpoint).config_edits:
+        launch.say(str(apply_edit(edit, home=Path.home())))
+    if not kept:
+        launch.say(
+            f"note: the config now points at {endpoint.base_url}, which stops with this run; "
+            "use --keep-server, or `launcher serve` on its default port, for a lasting setup"
+        )

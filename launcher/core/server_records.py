@@ -1,0 +1,112 @@
+"""Run files: every `launcher serve` says where it listens, so other commands find it on any port.
+
+A server writes `<state dir>/servers/<pid>.json` once it is ready (the content of its
+`LAUNCHER_READY` line: URL, pid, models, whether a key is required) and removes it on the way
+out. `launcher launch`, `connect` and `ps` read these instead of assuming the default port. A
+server killed without its chance to clean up leaves a stale file behind: a record whose process
+is gone is ignored and deleted by whoever reads it next.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from launcher.core import paths
+
+
+def servers_dir() -> Path:
+    """Where the run files live."""
+    return paths.state_dir() / "servers"
+
+
+@dataclass(frozen=True)
+class ServerRecord:
+    """One running server, as its run file tells it."""
+
+    url: str  # the root URL, without /v1
+    pid: int
+    models: tuple[str, ...]  # every name it answers (loaded or loadable on request)
+    model: str | None  # the model it loaded at start (its default), when it has one
+    context_length: int | None
+    api_key_required: bool
+    started_at: float  # the process's start time, so a reused pid is not taken for the server
+    path: Path
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-style base URL."""
+        return f"{self.url}/v1"
+
+    def serves(self, name: str) -> bool:
+        """True when a request for `name` reaches a model of this server."""
+        return name in self.models or name == self.model
+
+
+def record_server(ready: dict[str, Any]) -> Path:
+    """Write this process's run file from its ready line's content; returns its path."""
+    folder = servers_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{os.getpid()}.json"
+    data = {**ready, "pid": os.getpid(), "started_at": psutil.Process().create_time()}
+    # Written whole and renamed into place: a reader never sees half a record.
+    fd, temporary = tempfile.mkstemp(dir=folder, prefix=".", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        json.dump(data, file)
+    os.replace(temporary, path)
+    return path
+
+
+def remove_record(path: Path) -> None:
+    """Remove a run file (on the server's way out); a missing one is fine."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def running_servers() -> list[ServerRecord]:
+    """The servers whose process still runs, newest first; stale run files are deleted."""
+    folder = servers_dir()
+    if not folder.is_dir():
+        return []
+    records = []
+    for path in folder.glob("*.json"):
+        record = _read(path)
+        if record is None or not _alive(record):
+            remove_record(path)
+            continue
+        records.append(record)
+    return sorted(records, key=lambda r: r.started_at, reverse=True)
+
+
+def _read(path: Path) -> ServerRecord | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        context = data.get("context_length")
+        return ServerRecord(
+            url=str(data["url"]).rstrip("/"),
+            pid=int(data["pid"]),
+            models=tuple(str(name) for name in data.get("models", [])),
+            model=str(data["model"]) if data.get("model") else None,
+            context_length=int(context) if context else None,
+            api_key_required=bool(data.get("api_key_required")),
+            started_at=float(data.get("started_at", 0.0)),
+            path=path,
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # unreadable: treated as stale
+
+
+def _alive(record: ServerRecord) -> bool:
+    try:
+        process = psutil.Process(record.pid)
+        # A pid the system gave to another process since: its start time differs from the record's.
+        return abs(process.create_time() - record.started_at) < 1.0 and process.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False

@@ -1,0 +1,223 @@
+"""`launcher launch AGENT`: a server found or started, then the agent run against it for this run only.
+
+The steps, each its own function so the CLI (and the app's Launch button, through the CLI) stays thin:
+
+1. `find_server`: a running `launcher serve` from the run files (core/server_records.py), on
+   whatever port it listens, that answers MODEL (or any, when no model is named).
+2. `start_server`: otherwise `launcher serve [MODEL] --port 0` in the background, its output in a
+   log file, until its `LAUNCHER_READY` line. It runs in a session of its own, so the Ctrl-C the
+   user types for the agent does not stop it, and on Linux it dies with us even if we are killed.
+3. `run_agent`: the agent in the foreground with the agent's `RunConfig` (environment, leading
+   arguments, run-only files in a temporary folder removed afterwards), the user's arguments after
+   them; its exit code is ours. Nothing is written to the agent's own config files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from launcher.core import paths
+from launcher.core.child_process import launcher_command, parent_environment
+from launcher.core.errors import ConfigError, ServerError
+from launcher.core.server_records import ServerRecord, running_servers
+from launcher.integrations.agents.base import Agent
+from launcher.integrations.endpoint import Endpoint, discover_endpoint
+
+READY_PREFIX = "LAUNCHER_READY "
+ERROR_PREFIX = "LAUNCHER_ERROR "
+STOP_GRACE_S = 20.0  # a server unloads its models and frees the engine on SIGTERM
+KEPT_LOGS = 10
+_DETACHED: list[subprocess.Popen[bytes]] = []  # kept referenced: a Popen dropped while its process runs warns
+_LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ [A-Z]+ [\w.]+: ")  # a log record's time, level and logger
+
+
+def find_server(model: str | None) -> ServerRecord | None:
+    """The newest running server that answers `model` (any server when None)."""
+    for record in running_servers():
+        if model is None or record.serves(model):
+            return record
+    return None
+
+
+@dataclass
+class StartedServer:
+    """A `launcher serve` this launch started: its process, its ready line and its log."""
+
+    process: subprocess.Popen[bytes]
+    ready: dict[str, Any]
+    log_path: Path
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-style base URL it listens on."""
+        return str(self.ready["base_url"])
+
+    def detach(self) -> None:
+        """Leave it running after we exit (`--keep-server`)."""
+        _DETACHED.append(self.process)
+
+    def stop(self) -> None:
+        """SIGTERM, a grace period for the engine to free its memory, then SIGKILL."""
+        if self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def server_log_path() -> Path:
+    """A new log file for a server launch starts (the oldest beyond KEPT_LOGS are removed)."""
+    folder = paths.state_dir() / "logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    logs = sorted(folder.glob("launch-server-*.log"), key=lambda p: p.stat().st_mtime)
+    for old in logs[: max(0, len(logs) - KEPT_LOGS + 1)]:
+        with contextlib.suppress(OSError):
+            old.unlink()
+    return folder / f"launch-server-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+
+
+def start_server(
+    model: str | None,
+    *,
+    keep: bool,
+    progress: Callable[[str, float], None],
+    serve_args: Sequence[str] = (),
+) -> StartedServer:
+    """`launcher serve [MODEL] --port 0` in the background, returned once ready.
+
+    `progress(stage, seconds)` is called about every half second while it starts: the last line
+    the server wrote and how long it has taken. A server that exits first raises ServerError with
+    its own message and the log's path. `keep`: it outlives us (not tied to our process).
+    """
+    log_path = server_log_path()
+    command = [*launcher_command(), "serve", *([model] if model else []), "--port", "0", *serve_args]
+    env = dict(os.environ) if keep else {**os.environ, **parent_environment()}
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # the terminal's Ctrl-C belongs to the agent, not to the server
+        )
+    started = StartedServer(process, {}, log_path)
+    try:
+        started.ready = _wait_ready(process, log_path, progress)
+    except BaseException:
+        started.stop()
+        raise
+    return started
+
+
+def _wait_ready(
+    process: subprocess.Popen[bytes], log_path: Path, progress: Callable[[str, float], None]
+) -> dict[str, Any]:
+    began = time.monotonic()
+    stage = "starting"
+    pending = ""
+    with open(log_path, encoding="utf-8", errors="replace") as log:
+        while True:
+            code = process.poll()  # before reading: all it wrote before exiting is then in the file
+            pending += log.read()
+            *lines, pending = pending.split("\n")
+            if code is not None:
+                lines.append(pending)
+            for line in lines:
+                if line.startswith(READY_PREFIX):
+                    ready: dict[str, Any] = json.loads(line[len(READY_PREFIX) :])
+                    return ready
+                if line.startswith(ERROR_PREFIX):
+                    message = json.loads(line[len(ERROR_PREFIX) :]).get("message", line)
+                    raise ServerError(f"the server did not start: {message} (log: {log_path})")
+                if line.strip():
+                    stage = _LOG_PREFIX.sub("", line.strip())
+            if code is not None:
+                raise ServerError(f"the server exited with code {code} before it was ready (log: {log_path}): {stage}")
+            progress(stage, time.monotonic() - began)
+            time.sleep(0.5)
+
+
+def endpoint_for(base_url: str, api_key: str | None, model: str | None) -> Endpoint:
+    """What the server says about `model` (its default when None): id, context, small model."""
+    return discover_endpoint(base_url, api_key, model)
+
+
+def preload(record: ServerRecord, model: str, api_key: str | None) -> None:
+    """Ask a running server to load `model` now, so the agent's first request does not wait for it."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        reply = httpx.post(f"{record.url}/launcher/models/load", json={"model": model}, headers=headers, timeout=None)
+    except httpx.HTTPError as err:
+        raise ServerError(f"the server at {record.url} did not answer ({err})") from err
+    if reply.status_code >= 400:
+        raise ServerError(
+            f"the server at {record.url} could not load {model}: HTTP {reply.status_code} {reply.text[:300]}"
+        )
+
+
+def find_command(agent: Agent) -> str:
+    """The agent's program on this machine, or a ConfigError saying how to install it."""
+    if agent.binary is None or agent.run_config is None:
+        raise ConfigError(f"{agent.name} has no command-line program to launch; use `launcher connect {agent.id}`")
+    found = shutil.which(agent.binary)
+    if found is None:
+        how = f": {agent.install.command}" if agent.install else ""
+        raise ConfigError(f"{agent.name} is not installed (no `{agent.binary}` on PATH){how}")
+    return found
+
+
+def run_agent(agent: Agent, command: str, endpoint: Endpoint, user_args: Sequence[str]) -> int:
+    """Run the agent in the foreground for this run only; returns its exit code (128+N for signal N)."""
+    with tempfile.TemporaryDirectory(prefix=f"launcher-{agent.id}-") as folder:
+        run_dir = Path(folder)
+        config = agent.run_config_for(endpoint, run_dir)
+        for path, text in config.files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        env = {**os.environ, **config.env}
+        # Ctrl-C reaches the agent (it is in the terminal's foreground group) and means what the agent
+        # makes of it (many cancel the current turn): we must not die of it meanwhile. A handler, not
+        # SIG_IGN: an ignored signal would stay ignored in the agent, a handler is reset by exec.
+        previous = signal.signal(signal.SIGINT, _ignore)
+        try:
+            process = subprocess.Popen([command, *config.args, *user_args], env=env)
+            code = _wait(process)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    return 128 - code if code < 0 else code
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """SIGINT while the agent runs: the agent's to handle."""
+
+
+def _wait(process: subprocess.Popen[Any]) -> int:
+    while True:
+        try:
+            return process.wait()
+        except KeyboardInterrupt:  # only where the handler could not be set (not the main thread)
+            continue
+
+
+def say(message: str, stream: IO[str] | None = None) -> None:
+    """A status line on stderr (stdout is the agent's: `launch ... -- -p` output stays clean to pipe)."""
+    print(message, file=stream or sys.stderr, flush=True)
