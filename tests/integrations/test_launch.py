@@ -17,6 +17,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -106,9 +107,9 @@ def echo_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return bin_dir
 
 
-def _report(output: str) -> dict[str, object]:
+def _report(output: str) -> dict[str, Any]:
     line = next(line for line in output.splitlines() if line.startswith("REPORT "))
-    report: dict[str, object] = json.loads(line.removeprefix("REPORT "))
+    report: dict[str, Any] = json.loads(line.removeprefix("REPORT "))
     return report
 
 
@@ -135,8 +136,8 @@ def test_launch_starts_a_server_runs_the_agent_with_its_arguments_and_stops_the_
     assert report["context"] != "None"
     assert json.loads(str(report["run_file"])) == {"model": report["model"]}
     assert not Path(str(report["run_dir"])).exists()  # the run-only folder is removed
-    (pid,) = report["server_pids"]  # type: ignore[misc]
-    assert _gone(int(pid)), "the server launch started is still running"
+    (pid,) = report["server_pids"]
+    assert _gone(pid), "the server launch started is still running"
     assert running_servers() == []
     assert "Starting a server" in err and "Server ready at" in err
 
