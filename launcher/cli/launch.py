@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     """Find or start the server, run the agent, stop what we started."""
     from launcher.integrations import launch
     from launcher.integrations.agents import get_agent
+    from launcher.integrations.setup import context_warnings
 
     agent = get_agent(args.agent)
     command = launch.find_command(agent)
@@ -63,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
         endpoint = launch.endpoint_for(base_url, api_key, model)
         context = f"{endpoint.context_length:,}-token context" if endpoint.context_length else "context unknown"
         launch.say(f"{agent.name} -> {endpoint.model_id} at {endpoint.base_url} ({context})")
+        for warning in context_warnings(agent.name, agent.min_context, endpoint.context_length):
+            launch.say(f"warning: {warning}")
         if args.write:
             _write(agent, endpoint, kept=started is None or args.keep_server)
         return launch.run_agent(agent, command, endpoint, getattr(args, PASSTHROUGH))
@@ -89,6 +92,12 @@ def _server(args: argparse.Namespace, api_key: str | None) -> tuple[str, str | N
             launch.preload(record, args.model, api_key)
         return record.base_url, args.model or record.model, None
     what = args.model or "the default model"
+    if args.model is None:
+        launch.say(
+            "No model named and no server running: starting the server's default (the starter, a tiny demo "
+            "model, unless your settings name one). Name a model for real work: `launcher launch AGENT MODEL`; "
+            "`launcher recommend` lists what fits this machine."
+        )
     started = launch.start_server(args.model, keep=args.keep_server, progress=_progress(what))
     if sys.stderr.isatty():
         sys.stderr.write("\r\033[K")  # the progress line gives way to the ready line
