@@ -1,7 +1,10 @@
 """Connect an agent: for Claude Code, Codex CLI, OpenCode, Aider, Continue and Cline, the exact settings
-for the running endpoint with copy buttons, a config-file writer (backup first) and a live "Test".
+for the running endpoint with copy buttons, a config-file writer (backup first) and a live "Test";
+whether the agent's program is installed (and its version), and a Launch button that opens
+`launcher launch AGENT` in a new terminal window.
 
 Everything agent-specific comes from `launcher.integrations` (Qt-free); this page only shows it.
+Finding the installed agents runs each one's `--version`, so it runs off the UI thread.
 """
 
 from __future__ import annotations
@@ -26,12 +29,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from launcher.core.errors import LauncherError
 from launcher.ui import theme, workers
 from launcher.ui.server_process import ServerEndpoint
 from launcher.ui.widgets.card import Card, CopyField, muted
 
 if TYPE_CHECKING:
-    from launcher.integrations import AgentSetup, ConfigEdit, EditResult, Endpoint, LiveTestReport
+    from launcher.integrations import Agent, AgentSetup, ConfigEdit, EditResult, Endpoint, LiveTestReport
+    from launcher.integrations.installed import InstalledAgent
 
 
 def _api() -> Any:
@@ -39,6 +44,32 @@ def _api() -> Any:
     import launcher.integrations
 
     return launcher.integrations
+
+
+def _installed_api() -> Any:
+    """`launcher.integrations.installed`, imported on first use like `_api()`."""
+    import launcher.integrations.installed
+
+    return launcher.integrations.installed
+
+
+def _terminal_api() -> Any:
+    """`launcher.integrations.terminal`, imported on first use like `_api()`."""
+    import launcher.integrations.terminal
+
+    return launcher.integrations.terminal
+
+
+def install_text(agent: Agent, found: InstalledAgent | None) -> str:
+    """What the page says about the agent's program: "installed 1.2.3", "not installed — npm install -g ..."."""
+    if agent.binary is None:
+        return "No command-line program: it runs inside your editor."
+    if found is None:
+        return "Checking whether it is installed…"
+    if found.installed:
+        return f"installed {found.version}" if found.version else "installed (it did not say its version)"
+    how = found.install_command or f"put `{agent.binary}` on your PATH"
+    return f"not installed — {how}"
 
 
 STATUS_STYLE = {
@@ -75,6 +106,8 @@ class AgentsPanel(QWidget):
 
     config_written = Signal(object)  # EditResult
     test_finished = Signal(object)  # LiveTestReport
+    installed_checked = Signal(object)  # dict[str, InstalledAgent]
+    launched = Signal(object)  # the TerminalCommand that opened the agent
 
     def __init__(self, parent: QWidget | None = None, *, home: Path | None = None) -> None:
         super().__init__(parent)
@@ -106,6 +139,11 @@ class AgentsPanel(QWidget):
         self.test_button: QPushButton | None = None
         self.results: QTreeWidget | None = None
         self.status: QLabel | None = None
+        self.installed: dict[str, InstalledAgent] | None = None  # None until the first check is done
+        self._checking_installed = False
+        self.install_label: QLabel | None = None
+        self.launch_button: QPushButton | None = None
+        self.launch_status: QLabel | None = None
         self._agents_loaded = False
 
     def _ensure_agents(self) -> None:
@@ -115,9 +153,12 @@ class AgentsPanel(QWidget):
         for agent in _api().AGENTS.values():
             self.agent_list.addItem(agent.name)
         self.agent_list.setCurrentRow(0)
+        self.check_installed()
 
     def showEvent(self, event: object) -> None:
-        """Load the agent list the first time the page is shown."""
+        """Load the agent list the first time the page is shown; look for installed agents every time."""
+        if self._agents_loaded:
+            self.check_installed()  # the user may have installed one since (the install line says how)
         self._ensure_agents()
         super().showEvent(event)
 
@@ -137,6 +178,18 @@ class AgentsPanel(QWidget):
         """Show one agent by id ("claude-code", "codex", ...)."""
         self._ensure_agents()
         self.agent_list.setCurrentRow(list(_api().AGENTS).index(agent_id))
+
+    def check_installed(self) -> None:
+        """Find which agents are installed, and their versions, in the background."""
+        if self._checking_installed:
+            return
+        self._checking_installed = True
+        workers.run_in_background(
+            _installed_api().installed_agents,
+            list(_api().AGENTS.values()),
+            on_done=self._installed_done,
+            on_failed=self._installed_failed,
+        )
 
     @property
     def agent_id(self) -> str:
@@ -159,6 +212,7 @@ class AgentsPanel(QWidget):
         link = QLabel(f"<a href='{agent.docs_url}'>{agent.docs_url}</a>")
         link.setOpenExternalLinks(True)
         head.body.addWidget(link)
+        self._add_launch_row(head, agent)
         body.addWidget(head)
         self.write_buttons = []
         self.test_button = None
@@ -172,6 +226,31 @@ class AgentsPanel(QWidget):
         body.addStretch(1)
         self._scroll.setWidget(content)
         self.detail = content
+
+    def _add_launch_row(self, head: Card, agent: Agent) -> None:
+        row = QHBoxLayout()
+        self.install_label = muted()
+        self.install_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        row.addWidget(self.install_label, 1)
+        self.launch_button = QPushButton("Launch")
+        self.launch_button.setToolTip(f"Opens a terminal window running: launcher launch {agent.id}")
+        self.launch_button.clicked.connect(lambda: self.launch_agent(agent.id))
+        self.launch_button.setVisible(agent.binary is not None)
+        row.addWidget(self.launch_button, 0, Qt.AlignmentFlag.AlignRight)
+        head.body.addLayout(row)
+        self.launch_status = muted()
+        self.launch_status.hide()
+        head.body.addWidget(self.launch_status)
+        self._show_installed(agent)
+
+    def _show_installed(self, agent: Agent) -> None:
+        """The shown agent's install line and Launch button, from the last check (if any is done)."""
+        found = None if self.installed is None else self.installed.get(agent.id)
+        if self.install_label is not None:
+            self.install_label.setText(install_text(agent, found))
+            self.install_label.setToolTip(str(found.path) if found is not None and found.path else "")
+        if self.launch_button is not None:
+            self.launch_button.setEnabled(found is not None and found.installed)
 
     def _render_setup(self, body: QVBoxLayout, setup: AgentSetup) -> None:
         if setup.warnings:
@@ -267,6 +346,33 @@ class AgentsPanel(QWidget):
             self.status.setText(str(result))
         self.config_written.emit(result)
         return result
+
+    def launch_agent(self, agent_id: str) -> None:
+        """Open a new terminal window running `launcher launch AGENT_ID`; a failure is shown on the page."""
+        try:
+            command = _terminal_api().open_launch(agent_id)
+        except LauncherError as err:
+            self._show_launch_status(str(err), theme.BAD)
+            return
+        self._show_launch_status(f"Opened {command.terminal}: launcher launch {agent_id}", theme.MUTED)
+        self.launched.emit(command)
+
+    def _show_launch_status(self, text: str, colour: str) -> None:
+        if self.launch_status is not None:
+            self.launch_status.setText(text)
+            self.launch_status.setStyleSheet(f"color: {colour};")
+            self.launch_status.show()
+
+    def _installed_done(self, installed: dict[str, InstalledAgent]) -> None:
+        self._checking_installed = False
+        self.installed = installed
+        self._show_installed(_api().AGENTS[self.agent_id])
+        self.installed_checked.emit(installed)
+
+    def _installed_failed(self, message: str) -> None:
+        self._checking_installed = False
+        if self.install_label is not None:
+            self.install_label.setText(f"Could not check whether it is installed: {message}")
 
     def run_test(self) -> None:
         """Run the live test for the shown agent in the background."""

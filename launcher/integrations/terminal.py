@@ -1,0 +1,196 @@
+"""Open a new terminal window that runs a command and stays open after it ends (the Agents page's Launch).
+
+A coding agent is an interactive terminal program, so the app cannot run it in a window of its
+own: it asks the system's terminal for a new window running `launcher launch AGENT`.
+
+- macOS: Terminal.app through AppleScript, `tell application "Terminal" to do script "..."`
+  (https://developer.apple.com/library/archive/documentation/AppleScript/Conceptual/AppleScriptLangGuide/,
+  Terminal's scripting dictionary). `do script` types the command into a new window's login
+  shell, so the window stays open with that shell when the command ends.
+- Windows: Windows Terminal's `wt.exe new-tab` when it is there
+  (https://learn.microsoft.com/windows/terminal/command-line-arguments), else `cmd.exe` in a
+  new console window. Both run `cmd.exe /k`, which keeps the window open afterwards.
+- Linux: `x-terminal-emulator -e` (Debian's alternative, whose `-e` takes the command and its
+  arguments), else `gnome-terminal --`, `konsole -e` or `xterm -e`, the first that exists. The
+  command runs in `sh -c`, which starts the user's shell when it ends, as those terminals close
+  their window when their command exits.
+
+The command is the launcher itself, started the way this process was (`launcher_command()`:
+this Python with `-m launcher` from source, the app when frozen), so the terminal runs the very
+launcher the app is.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.core.child_process import launcher_command
+from launcher.core.errors import LauncherError
+from launcher.core.paths import is_frozen
+
+Which = Callable[[str], str | None]
+
+LINUX_TERMINALS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("x-terminal-emulator", ("-e",)),
+    ("gnome-terminal", ("--",)),
+    ("konsole", ("-e",)),
+    ("xterm", ("-e",)),
+)
+# After the command: say how it ended, then the user's shell, so the window stays open.
+_KEEP_OPEN = '"$@"; status=$?; echo; echo "[exited with status $status]"; exec "${SHELL:-/bin/sh}"'
+_CMD_SPECIAL = set('^&|<>()%!"')
+_CREATE_NEW_CONSOLE = 0x00000010  # subprocess's Windows-only constants, named here for every platform
+_CREATE_NEW_PROCESS_GROUP = 0x00000200
+
+
+class TerminalNotFoundError(LauncherError):
+    """No terminal program was found to open the command in."""
+
+
+@dataclass(frozen=True)
+class TerminalCommand:
+    """How to start the terminal: `args` is a list, or on Windows the command line as written."""
+
+    terminal: str
+    args: list[str] | str
+    creationflags: int = 0
+
+
+def launch_invocation(*arguments: str) -> tuple[list[str], dict[str, str]]:
+    """`launcher ARGUMENTS...` as this process would start it, and the environment it needs.
+
+    From a source checkout that is not pip-installed, `-m launcher` needs the checkout on
+    PYTHONPATH, as the app's own `launcher serve` child gets it (launcher/ui/server_process.py).
+    """
+    env: dict[str, str] = {}
+    if not is_frozen():
+        existing = os.environ.get("PYTHONPATH")
+        source_root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = source_root + (os.pathsep + existing if existing else "")
+    return [*launcher_command(), *arguments], env
+
+
+def _with_env(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    # `env` is a program, so the variables reach the command whatever the user's shell is (fish too).
+    return ["env", *(f"{name}={value}" for name, value in env.items()), *argv] if env else list(argv)
+
+
+def applescript_string(text: str) -> str:
+    """`text` as an AppleScript string literal."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def cmd_command_line(argv: Sequence[str]) -> str:
+    """`argv` as a line cmd.exe runs as those arguments.
+
+    Each argument is quoted the way programs split their command line (`list2cmdline`, the C
+    runtime's rules); cmd.exe's own special characters are then escaped with ^ wherever cmd sees
+    them outside quotes (it toggles on every `"`, escaped or not), so `&` or `|` in a prompt is
+    passed on, never run as a second command.
+    """
+    line = subprocess.list2cmdline(list(argv))
+    out: list[str] = []
+    quoted = False
+    for char in line:
+        if char == '"':
+            quoted = not quoted
+        elif not quoted and char in _CMD_SPECIAL:
+            out.append("^")
+        out.append(char)
+    return "".join(out)
+
+
+def terminal_command(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    platform: str = sys.platform,
+    which: Which = shutil.which,
+) -> TerminalCommand:
+    """The command that opens a new terminal window running `argv` (with `env` added) and keeps it open."""
+    env = env or {}
+    if platform == "darwin":
+        script = f'tell application "Terminal" to do script {applescript_string(shlex.join(_with_env(argv, env)))}'
+        return TerminalCommand(
+            "Terminal",
+            ["osascript", "-e", script, "-e", 'tell application "Terminal" to activate'],
+        )
+    if platform == "win32":
+        sets = "".join(f'set "{name}={value}" && ' for name, value in env.items())
+        inner = sets + cmd_command_line(argv)
+        wt = which("wt.exe") or which("wt")
+        if wt:
+            # wt reads `;` as the start of its next subcommand: an escaped one is passed on.
+            escaped = inner.replace(";", "\\;")
+            program = subprocess.list2cmdline([wt, "new-tab", "cmd.exe", "/s", "/k"])
+            return TerminalCommand("Windows Terminal", f'{program} "{escaped}"', _CREATE_NEW_PROCESS_GROUP)
+        # cmd in a new console window rather than `cmd /c start cmd /k ...`, which would parse
+        # the command twice (once for `start`, once for the new cmd) and need two levels of escaping.
+        return TerminalCommand("Command Prompt", f'cmd.exe /s /k "{inner}"', _CREATE_NEW_CONSOLE)
+    for name, flag in LINUX_TERMINALS:
+        found = which(name)
+        if found:
+            return TerminalCommand(name, [found, *flag, "sh", "-c", _KEEP_OPEN, "sh", *_with_env(argv, env)])
+    names = ", ".join(name for name, _ in LINUX_TERMINALS)
+    raise TerminalNotFoundError(
+        f"No terminal program was found to open it in (looked for {names}); "
+        f"run it in a terminal yourself: {shlex.join(argv)}"
+    )
+
+
+def start_detached(command: TerminalCommand) -> None:
+    """Start the terminal, not tied to this process: it may outlive the app."""
+    if isinstance(command.args, str):
+        process = subprocess.Popen(command.args, creationflags=command.creationflags, close_fds=True)
+    else:
+        process = subprocess.Popen(
+            command.args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # no hang-up signal when the app quits
+            close_fds=True,
+        )
+    # osascript and gnome-terminal return at once, xterm when its window closes: reap it then.
+    threading.Thread(target=process.wait, name=f"{command.terminal} reaper", daemon=True).start()
+
+
+def open_in_terminal(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    platform: str = sys.platform,
+    which: Which = shutil.which,
+) -> TerminalCommand:
+    """Open a new terminal window running `argv`; the command used. TerminalNotFoundError when there is none."""
+    command = terminal_command(argv, env=env, platform=platform, which=which)
+    try:
+        start_detached(command)
+    except OSError as err:
+        raise TerminalNotFoundError(f"{command.terminal} could not be started: {err}") from err
+    return command
+
+
+def open_launch(agent_id: str) -> TerminalCommand:
+    """Open a new terminal window running `launcher launch AGENT_ID`."""
+    argv, env = launch_invocation("launch", agent_id)
+    return open_in_terminal(argv, env=env)
+
+
+__all__ = [
+    "TerminalCommand",
+    "TerminalNotFoundError",
+    "cmd_command_line",
+    "launch_invocation",
+    "open_in_terminal",
+    "open_launch",
+    "terminal_command",
+]
