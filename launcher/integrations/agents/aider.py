@@ -12,10 +12,12 @@ Aider edits through text (diff/whole edit formats), not tool calls.
 
 from __future__ import annotations
 
+import json
 import shlex
+from pathlib import Path
 from typing import Any
 
-from launcher.integrations.agents.base import Agent
+from launcher.integrations.agents.base import Agent, Install, RunConfig
 from launcher.integrations.endpoint import Endpoint
 from launcher.integrations.setup import AgentSetup, ConfigEdit, Field, context_warnings, output_tokens_for
 
@@ -40,22 +42,13 @@ def build(endpoint: Endpoint) -> AgentSetup:
             description="Aider's settings: this server and model for every run (no environment needed)",
         ),
     )
-    if endpoint.context_length:
-        output = output_tokens_for(endpoint.context_length)
-        metadata: dict[str, Any] = {
-            "max_tokens": output,
-            "max_input_tokens": endpoint.context_length,
-            "max_output_tokens": output,
-            "input_cost_per_token": 0.0,
-            "output_cost_per_token": 0.0,
-            "litellm_provider": "openai",
-            "mode": "chat",
-        }
+    metadata = model_metadata(endpoint)
+    if metadata:
         edits += (
             ConfigEdit(
                 relative_path=".aider.model.metadata.json",
                 format="json",
-                fragment={litellm_name: metadata},
+                fragment=metadata,
                 description="model metadata: the context window Aider should budget for",
             ),
         )
@@ -87,6 +80,52 @@ def build(endpoint: Endpoint) -> AgentSetup:
     )
 
 
+def run_config(endpoint: Endpoint, run_dir: Path) -> RunConfig:
+    """The server in the environment, the model on the command line, its metadata in a run-only file.
+
+    Aider copies its own `openai-api-base` / `openai-api-key` options over OPENAI_API_BASE and
+    OPENAI_API_KEY, so a ~/.aider.conf.yml written earlier (another port, another key) would win
+    over those two alone; the same options as AIDER_* variables outrank the file. Both are set:
+    litellm reads the OPENAI_* pair.
+    """
+    litellm_name = f"openai/{endpoint.model_id}"
+    env = {
+        "OPENAI_API_BASE": endpoint.base_url,
+        "OPENAI_API_KEY": endpoint.key_or_placeholder,
+        "AIDER_OPENAI_API_BASE": endpoint.base_url,
+        "AIDER_OPENAI_API_KEY": endpoint.key_or_placeholder,
+    }
+    args = ["--model", litellm_name]
+    if endpoint.small_model_id:
+        args += ["--weak-model", f"openai/{endpoint.small_model_id}"]
+    files: dict[Path, str] = {}
+    metadata = model_metadata(endpoint)
+    if metadata:
+        # Read after ~/.aider.model.metadata.json, so this run's window wins over an older one there.
+        path = run_dir / "aider-model-metadata.json"
+        files[path] = json.dumps(metadata, indent=2) + "\n"
+        args += ["--model-metadata-file", str(path)]
+    return RunConfig(env=env, args=tuple(args), files=files)
+
+
+def model_metadata(endpoint: Endpoint) -> dict[str, Any]:
+    """litellm metadata for the model (context window, output limit), or {} when the window is unknown."""
+    if not endpoint.context_length:
+        return {}
+    output = output_tokens_for(endpoint.context_length)
+    return {
+        f"openai/{endpoint.model_id}": {
+            "max_tokens": output,
+            "max_input_tokens": endpoint.context_length,
+            "max_output_tokens": output,
+            "input_cost_per_token": 0.0,
+            "output_cost_per_token": 0.0,
+            "litellm_provider": "openai",
+            "mode": "chat",
+        }
+    }
+
+
 AGENT = Agent(
     id="aider",
     name="Aider",
@@ -97,4 +136,7 @@ AGENT = Agent(
     summary="pair programming in the terminal; edits through text, not tool calls",
     config_file=".aider.conf.yml",
     build=build,
+    binary="aider",
+    install=Install("pypi", "aider-chat"),
+    run_config=run_config,
 )

@@ -17,7 +17,10 @@ sessions (the server also leaves that line out of the prompt, for setups made by
 
 from __future__ import annotations
 
-from launcher.integrations.agents.base import Agent
+import json
+from pathlib import Path
+
+from launcher.integrations.agents.base import Agent, Install, RunConfig
 from launcher.integrations.endpoint import Endpoint
 from launcher.integrations.setup import AgentSetup, ConfigEdit, Field, context_warnings
 
@@ -82,6 +85,22 @@ def build(endpoint: Endpoint) -> AgentSetup:
     )
 
 
+def run_config(endpoint: Endpoint, run_dir: Path) -> RunConfig:
+    """The same variables as `build`, for this run only: ~/.claude/settings.json is not touched.
+
+    The environment alone is not enough: the `env` block of the user's settings.json is applied
+    over the process environment, so an older block (another port, another model) would win.
+    Settings given with `--settings` outrank the user's file, so the variables go there as well.
+    """
+    env = dict(build(endpoint).env)
+    settings = run_dir / "claude-settings.json"
+    return RunConfig(
+        env=env,
+        args=("--settings", str(settings)),
+        files={settings: json.dumps({"env": env}, indent=2) + "\n"},
+    )
+
+
 AGENT = Agent(
     id="claude-code",
     name="Claude Code",
@@ -92,4 +111,7 @@ AGENT = Agent(
     summary="Anthropic's terminal agent; speaks the Anthropic Messages API",
     config_file=".claude/settings.json",
     build=build,
+    binary="claude",
+    install=Install("npm", "@anthropic-ai/claude-code"),
+    run_config=run_config,
 )
