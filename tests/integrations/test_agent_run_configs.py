@@ -166,16 +166,12 @@ def test_codex_string_values_stay_strings_through_toml(text: str) -> None:
     assert tomllib.loads(f"key = {codex.toml_value(text)}")["key"] == text
 
 
-def test_codex_write_names_a_catalog_beside_its_config(tmp_path: Path) -> None:
-    setup = get_agent("codex").setup_for(LOCAL)
-    config_toml, catalog = setup.config_edits
+def test_codex_write_leaves_codexs_own_model_list_alone() -> None:
+    # A catalog written for good would replace Codex's list of OpenAI models in every later session.
+    (config_toml,) = get_agent("codex").setup_for(LOCAL).config_edits
     assert config_toml.relative_path == ".codex/config.toml"
-    # A relative path: Codex resolves it against the folder of the config.toml that names it.
-    assert config_toml.fragment["model_catalog_json"] == codex.CATALOG_FILE
+    assert "model_catalog_json" not in config_toml.fragment
     assert config_toml.fragment["model_context_window"] == 65536
-    assert catalog.relative_path == f".codex/{codex.CATALOG_FILE}"
-    assert catalog.keyed_lists == {"models": "slug"}
-    assert catalog.fragment == codex.model_catalog(LOCAL)
 
 
 # ----- OpenCode -------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ that lists the model silences it and carries the server's real window. Codex ref
 entry without instructions, so ours carries the prompt Codex sends unknown models
 (resources/agents/codex_prompt.md, taken from Codex 0.171.0's own request; Apache-2.0, see
 LICENSE-codex beside it): the model sees the same prompt as without the catalog.
-A catalog replaces Codex's built-in list of models rather than adding to it.
+A catalog replaces Codex's built-in list of models rather than adding to it, so only `launcher
+launch` uses one (for its run); `--write` leaves Codex's list alone.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from launcher.integrations.setup import AgentSetup, ConfigEdit, Field, context_w
 MIN_CONTEXT = 32_768  # Codex's own guidance for local models: at least 32k
 PROVIDER_ID = "launcher"
 KEY_ENV = "LAUNCHER_API_KEY"
-CATALOG_FILE = "launcher-models.json"  # beside config.toml with --write; in the run folder for launch
+CATALOG_FILE = "launcher-models.json"  # in launch's run folder
 # The prompt Codex sends a model it has no metadata for (a catalog entry must carry one).
 PROMPT_FILE = resources_dir() / "agents" / "codex_prompt.md"
 
@@ -50,8 +51,6 @@ def build(endpoint: Endpoint) -> AgentSetup:
         "model": endpoint.model_id,
         "model_provider": PROVIDER_ID,
         "model_providers": {PROVIDER_ID: provider},
-        # Codex resolves a relative path against the folder of the config.toml that names it.
-        "model_catalog_json": CATALOG_FILE,
     }
     if endpoint.context_length:
         fragment["model_context_window"] = endpoint.context_length
@@ -72,14 +71,7 @@ def build(endpoint: Endpoint) -> AgentSetup:
                 relative_path=".codex/config.toml",
                 format="toml",
                 fragment=fragment,
-                description="Codex config: a `launcher` provider, the default model and its catalog",
-            ),
-            ConfigEdit(
-                relative_path=f".codex/{CATALOG_FILE}",
-                format="json",
-                fragment=model_catalog(endpoint),
-                keyed_lists={"models": "slug"},
-                description="the model's metadata (context window), so Codex stops warning it has none",
+                description="Codex config: a `launcher` provider and the default model",
             ),
         ),
         fields=(
@@ -91,10 +83,11 @@ def build(endpoint: Endpoint) -> AgentSetup:
         context_length=endpoint.context_length,
         warnings=tuple(warnings),
         notes=(
-            "If CODEX_HOME is set, the files are in $CODEX_HOME instead of ~/.codex.",
-            f"model_catalog_json replaces Codex's own list of models: remove it (with model_provider) "
-            f"to use OpenAI's models again, or switch per run: codex -c model_provider={PROVIDER_ID} "
-            f"-m {endpoint.model_id}",
+            "If CODEX_HOME is set, the file is $CODEX_HOME/config.toml instead of ~/.codex/config.toml.",
+            "Codex started this way warns that it has no metadata for the model (and caps its window at 272k): "
+            "`launcher launch codex` gives each run a model catalog instead. A catalog written for good would "
+            "replace Codex's own list of OpenAI models.",
+            f"With the provider written, switch per run: codex -c model_provider={PROVIDER_ID} -m {endpoint.model_id}",
         ),
     )
 
