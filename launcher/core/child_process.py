@@ -53,6 +53,16 @@ def launcher_command() -> list[str]:
     return [sys.executable]
 
 
+def launcher_environment(existing_pythonpath: str | None) -> dict[str, str]:
+    """What a child started with `launcher_command()` needs in its environment: from a source
+    checkout that is not pip-installed, the checkout on PYTHONPATH before `existing_pythonpath`, so
+    `-m launcher` finds it from any folder; nothing for a frozen app, which carries its modules."""
+    if is_frozen():
+        return {}
+    source_root = str(Path(__file__).resolve().parents[2])
+    return {"PYTHONPATH": source_root + (os.pathsep + existing_pythonpath if existing_pythonpath else "")}
+
+
 def parent_environment(pid: int | None = None) -> dict[str, str]:
     """What to add to a child's environment so that `follow_parent` ties it to this process."""
     return {PARENT_PID_ENV: str(os.getpid() if pid is None else pid)}

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from launcher.core import paths
-from launcher.core.child_process import launcher_command, parent_environment
+from launcher.core.child_process import launcher_command, launcher_environment, parent_environment
 from launcher.core.errors import ConfigError, ServerError
 from launcher.core.server_records import ServerRecord, running_servers
 from launcher.integrations.agents.base import Agent
@@ -107,7 +107,9 @@ def start_server(
     """
     log_path = server_log_path()
     command = [*launcher_command(), "serve", *([model] if model else []), "--port", "0", *serve_args]
-    env = dict(os.environ) if keep else {**os.environ, **parent_environment()}
+    env = {**os.environ, **launcher_environment(os.environ.get("PYTHONPATH"))}
+    if not keep:
+        env |= parent_environment()  # Linux: it dies with us, even if we are killed
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
             command,

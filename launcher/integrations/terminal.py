@@ -30,11 +30,9 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from launcher.core.child_process import launcher_command
+from launcher.core.child_process import launcher_command, launcher_environment
 from launcher.core.errors import LauncherError
-from launcher.core.paths import is_frozen
 
 Which = Callable[[str], str | None]
 
@@ -70,12 +68,7 @@ def launch_invocation(*arguments: str) -> tuple[list[str], dict[str, str]]:
     From a source checkout that is not pip-installed, `-m launcher` needs the checkout on
     PYTHONPATH, as the app's own `launcher serve` child gets it (launcher/ui/server_process.py).
     """
-    env: dict[str, str] = {}
-    if not is_frozen():
-        existing = os.environ.get("PYTHONPATH")
-        source_root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = source_root + (os.pathsep + existing if existing else "")
-    return [*launcher_command(), *arguments], env
+    return [*launcher_command(), *arguments], launcher_environment(os.environ.get("PYTHONPATH"))
 
 
 def _with_env(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:

@@ -13,19 +13,16 @@ quit and killed if this object is destroyed first.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from PySide6.QtCore import QCoreApplication, QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
-from launcher.core.child_process import launcher_command, parent_environment
+from launcher.core.child_process import launcher_command, launcher_environment, parent_environment
 from launcher.core.config import API_KEY_ENV, ServeConfig
-from launcher.core.paths import is_frozen
 
 READY_PREFIX = "LAUNCHER_READY "
 ERROR_PREFIX = "LAUNCHER_ERROR "
@@ -130,12 +127,8 @@ def _child_environment(config: ServeConfig) -> QProcessEnvironment:
         env.insert(name, value)
     env.insert("PYTHONUNBUFFERED", "1")
     env.insert("PYTHONIOENCODING", "utf-8")
-    if not is_frozen():
-        # Make `-m launcher` work from a source checkout that is not pip-installed. A frozen app
-        # carries its own modules (and its build sets unbuffered, UTF-8 streams itself).
-        source_root = str(Path(__file__).resolve().parents[2])
-        existing = env.value("PYTHONPATH", "")
-        env.insert("PYTHONPATH", source_root + (os.pathsep + existing if existing else ""))
+    for name, value in launcher_environment(env.value("PYTHONPATH", "")).items():
+        env.insert(name, value)
     return env
 
 
