@@ -195,6 +195,22 @@ def _text(data: bytes | str | None) -> str:
     return data or ""
 
 
+def launch(cli: AgentCli, model: Path, agent_argv: list[str], *, home: Path, workdir: Path, timeout: float) -> AgentRun:
+    """`launcher launch AGENT MODEL -- ARGV` as a user with HOME=`home` and the agent on PATH runs it."""
+    repo = Path(__file__).resolve().parents[2]
+    path = f"{cli.executable.parent}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"
+    env = clean_env(home, {"PATH": path, "PYTHONPATH": str(repo)})
+    argv = [sys.executable, "-m", "launcher", "launch", cli.id, str(model), "--", *agent_argv]
+    started = time.monotonic()
+    try:
+        result = subprocess.run(
+            argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired as err:
+        return AgentRun(-1, _text(err.stdout), _text(err.stderr) + f"\n(timed out after {timeout} s)", timeout)
+    return AgentRun(result.returncode, result.stdout, result.stderr, time.monotonic() - started)
+
+
 def connect(agent_id: str, base_url: str, home: Path) -> subprocess.CompletedProcess[str]:
     """`launcher connect AGENT --base-url URL --write`, as the user whose HOME is `home` runs it."""
     repo = Path(__file__).resolve().parents[2]

@@ -26,7 +26,7 @@ from tests.agents.scripted import scripted_model
 from tests.conformance.servers import RunningServer, ServerSpec, start_server
 from tests.server.harness import running_app
 
-AGENT_IDS = ("claude-code", "codex", "opencode", "aider")
+AGENT_IDS = ("claude-code", "codex", "opencode", "aider", "continue")
 AGENT_TIMEOUT_S = 600  # a cold 12k-token prompt on a 2-core CPU takes about a minute
 GENERATION_PATHS = ("/messages", "/responses", "/chat/completions")
 ROUND_TRIP_PROMPT = "Create the file proof.txt containing the text round-trip-ok, then say you are done."
@@ -103,53 +103,29 @@ class LoggedRequest:
     reply: str | None = None
 
 
-@dataclass
-class StarterServer:
-    """`launcher serve` on the starter model, with the request log (and reply previews) in a file."""
+def logged_requests(log: str) -> list[LoggedRequest]:
+    """The requests (and reply previews) a server's request log tells of."""
+    logged: list[LoggedRequest] = []
+    for line in log.splitlines():
+        match = _LOG_LINE.search(line)
+        if match is None:
+            continue
+        rest = match["rest"]
+        if rest.startswith("reply="):
+            logged.append(LoggedRequest(match["method"], match["path"], None, line, json.loads(rest[6:])))
+        else:
+            logged.append(LoggedRequest(match["method"], match["path"], int(rest.split()[0]), line))
+    return logged
 
-    server: RunningServer
-    offset: int = 0
 
-    @property
-    def url(self) -> str:
-        """The root URL (what `launcher connect --base-url` takes)."""
-        return self.server.url
-
-    def mark(self) -> None:
-        """Start reading the log from here."""
-        self.offset = len(self.server.stderr_path.read_bytes())
-
-    def requests_since_mark(self) -> list[LoggedRequest]:
-        """The request log lines written since `mark()`."""
-        text = self.server.stderr_path.read_bytes()[self.offset :].decode("utf-8", "replace")
-        logged: list[LoggedRequest] = []
-        for line in text.splitlines():
-            match = _LOG_LINE.search(line)
-            if match is None:
-                continue
-            rest = match["rest"]
-            if rest.startswith("reply="):
-                logged.append(LoggedRequest(match["method"], match["path"], None, line, json.loads(rest[6:])))
-            else:
-                logged.append(LoggedRequest(match["method"], match["path"], int(rest.split()[0]), line))
-        return logged
+STARTER_SETTINGS = {"max_output_tokens": 24, "log_requests": "replies", "parallel": 2}
+"""How the starter serves agents here: capped replies (the base model rambles), reply previews logged."""
 
 
 def start_starter(starter_gguf: Path, home: Path, *extra: str) -> RunningServer:
-    """The real server on the starter model, capped replies (the base model rambles), reply previews logged."""
-    return start_server(
-        STARTER, starter_gguf, home, "--max-output-tokens", "24", "--log-requests", "replies", "--parallel", "2", *extra
-    )
-
-
-@pytest.fixture(scope="session")
-def starter_server(starter_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StarterServer]:
-    """One starter-model server for the plain turns of all agents."""
-    server = start_starter(starter_gguf, tmp_path_factory.mktemp("starter-server"))
-    try:
-        yield StarterServer(server)
-    finally:
-        server.stop()
+    """The real server on the starter model, with STARTER_SETTINGS as flags."""
+    flags = [part for name, value in STARTER_SETTINGS.items() for part in (f"--{name.replace('_', '-')}", str(value))]
+    return start_server(STARTER, starter_gguf, home, *flags, *extra)
 
 
 # ----- the scripted engine behind the real server, for the tool round trip -------------------------

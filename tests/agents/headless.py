@@ -35,4 +35,6 @@ HEADLESS: dict[str, Headless] = {
     ),
     "opencode": Headless(("run", "{prompt}"), ("run", "{prompt}")),
     "aider": Headless((*_AIDER, "--no-analytics"), (*_AIDER, "--no-analytics")),
+    # -p runs headless; its Bash tool is allowed there by default (Write and Edit would need --allow Write).
+    "continue": Headless(("-p", "{prompt}"), ("-p", "{prompt}")),
 }
