@@ -170,14 +170,16 @@ def clean_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]
     return {**env, **(extra or {})}
 
 
-def run_agent(executable: Path, argv: list[str], *, home: Path, workdir: Path, timeout: float) -> AgentRun:
+def run_agent(
+    executable: Path, argv: list[str], *, home: Path, workdir: Path, timeout: float, env: dict[str, str] | None = None
+) -> AgentRun:
     """Run an agent headless in `workdir` with HOME=`home`, no stdin, and wait for it."""
     started = time.monotonic()
     try:
         result = subprocess.run(
             [str(executable), *argv],
             cwd=workdir,
-            env=clean_env(home),
+            env=clean_env(home, env),
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,

@@ -26,7 +26,7 @@ from tests.agents.scripted import scripted_model
 from tests.conformance.servers import RunningServer, ServerSpec, start_server
 from tests.server.harness import running_app
 
-AGENT_IDS = ("claude-code", "codex", "opencode", "aider", "continue")
+AGENT_IDS = ("claude-code", "codex", "opencode", "aider", "continue", "cline")
 AGENT_TIMEOUT_S = 600  # a cold 12k-token prompt on a 2-core CPU takes about a minute
 GENERATION_PATHS = ("/messages", "/responses", "/chat/completions")
 ROUND_TRIP_PROMPT = "Create the file proof.txt containing the text round-trip-ok, then say you are done."
@@ -80,8 +80,16 @@ def fresh_workspace(root: Path, agent_id: str, base_url: str) -> Workspace:
 
 def drive(cli: AgentCli, workspace: Workspace, prompt: str, *, tools: bool, test: str) -> AgentRun:
     """Run the agent headless once and note how long it took."""
-    argv = HEADLESS[cli.id].argv(prompt, tools=tools)
-    run = run_agent(cli.executable, argv, home=workspace.home, workdir=workspace.workdir, timeout=AGENT_TIMEOUT_S)
+    headless = HEADLESS[cli.id]
+    argv = headless.argv(prompt, tools=tools)
+    run = run_agent(
+        cli.executable,
+        argv,
+        home=workspace.home,
+        workdir=workspace.workdir,
+        timeout=AGENT_TIMEOUT_S,
+        env=dict(headless.env),
+    )
     note(f"{cli.id} {cli.version}: {test} {run.seconds:.1f} s (exit {run.returncode})")
     return run
 

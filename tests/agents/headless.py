@@ -8,7 +8,7 @@ Everything about the server comes from `launcher connect AGENT --write`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -17,6 +17,7 @@ class Headless:
 
     plain: tuple[str, ...]
     tools: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)  # added to the agent's clean environment
 
     def argv(self, prompt: str, *, tools: bool) -> list[str]:
         """The command-line arguments with `prompt` in place of {prompt}."""
@@ -37,4 +38,13 @@ HEADLESS: dict[str, Headless] = {
     "aider": Headless((*_AIDER, "--no-analytics"), (*_AIDER, "--no-analytics")),
     # -p runs headless; its Bash tool is allowed there by default (Write and Edit would need --allow Write).
     "continue": Headless(("-p", "{prompt}"), ("-p", "{prompt}")),
+    # Plain text on stdout when stdout is not a terminal. Act mode auto-approves by default; --auto-approve
+    # true says so whatever the user's settings hold (not -y: that runs until the model calls
+    # submit_and_exit). After `connect --write` a run would otherwise start Cline's hub daemon, which
+    # outlives it, and may start a detached `npm update -g cline` on exit (launch's run config avoids both).
+    "cline": Headless(
+        ("{prompt}",),
+        ("--auto-approve", "true", "{prompt}"),
+        env={"CLINE_SESSION_BACKEND_MODE": "local", "CLINE_NO_AUTO_UPDATE": "1"},
+    ),
 }

@@ -37,10 +37,12 @@ def shell_arguments(tool: str, command: str) -> dict[str, object]:
         return {"cmd": command}
     if tool == "shell":  # Codex (older shell tool)
         return {"command": ["bash", "-lc", command]}
+    if tool == "run_commands":  # Cline
+        return {"commands": [command]}
     return {"command": command, "description": "Run the requested command"}  # Claude Code's Bash, OpenCode's bash
 
 
-SHELL_TOOLS = ("Bash", "exec_command", "shell", "bash")
+SHELL_TOOLS = ("Bash", "exec_command", "shell", "bash", "run_commands")
 
 
 def _offered_tool(prompt: str) -> str | None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from launcher.integrations import get_agent
-from launcher.integrations.agents import codex
+from launcher.integrations.agents import AGENTS, codex
 from launcher.integrations.agents.base import RunConfig
 from launcher.integrations.endpoint import NO_KEY_PLACEHOLDER, Endpoint
 from launcher.integrations.setup import output_tokens_for
@@ -25,27 +25,25 @@ LOCAL = Endpoint("http://127.0.0.1:8420/v1", None, "qwen3-coder-30b", 65536)
 KEYED = Endpoint("http://127.0.0.1:8420", "sk-local-123", "qwen3-coder-30b", 65536)
 WITH_SMALL = Endpoint("http://127.0.0.1:8420/v1", None, "qwen3-coder-30b", 65536, small_model_id="qwen3-0.6b")
 UNKNOWN_WINDOW = Endpoint("http://127.0.0.1:8420/v1", None, "qwen3-coder-30b")
-RUN_AGENTS = ("claude-code", "codex", "opencode", "aider")
+RUN_AGENTS = tuple(agent.id for agent in AGENTS.values() if agent.run_config is not None)
 
 
 def run_config(agent_id: str, endpoint: Endpoint, tmp_path: Path) -> RunConfig:
     return get_agent(agent_id).run_config_for(endpoint, tmp_path / "run")
 
 
-@pytest.mark.parametrize(
-    ("agent_id", "binary", "registry", "package"),
-    [
-        ("claude-code", "claude", "npm", "@anthropic-ai/claude-code"),
-        ("codex", "codex", "npm", "@openai/codex"),
-        ("opencode", "opencode", "npm", "opencode-ai"),
-        ("aider", "aider", "pypi", "aider-chat"),
-    ],
-)
-def test_each_agent_names_its_command_and_package(agent_id: str, binary: str, registry: str, package: str) -> None:
-    agent = get_agent(agent_id)
-    assert agent.binary == binary
-    assert agent.install is not None
-    assert (agent.install.registry, agent.install.package) == (registry, package)
+PINS = tomllib.loads((Path(__file__).parents[1] / "agents" / "pins.toml").read_text(encoding="utf-8"))
+
+
+def test_every_launchable_agent_is_the_one_the_agent_tier_verifies() -> None:
+    # launch tells users to install what the tier runs: the same package and command.
+    assert set(RUN_AGENTS) == set(PINS)
+    for agent_id, pin in PINS.items():
+        agent = get_agent(agent_id)
+        registry = "npm" if "npm" in pin else "pypi"
+        assert agent.binary == pin["binary"]
+        assert agent.install is not None
+        assert (agent.install.registry, agent.install.package) == (registry, pin[registry])
 
 
 @pytest.mark.parametrize("agent_id", RUN_AGENTS)
@@ -55,7 +53,7 @@ def test_run_files_stay_in_the_run_folder_and_every_value_is_text(
 ) -> None:
     config = run_config(agent_id, endpoint, tmp_path)
     for path in config.files:
-        assert path.parent == tmp_path / "run"
+        assert path.is_relative_to(tmp_path / "run")
     assert all(isinstance(value, str) for value in config.env.values())
     assert all(isinstance(arg, str) for arg in config.args)
     assert not (tmp_path / "run").exists(), "run_config only describes files; launch writes them"

@@ -21,7 +21,7 @@ def test_registry_has_the_six_agents_of_the_issue() -> None:
     for agent in AGENTS.values():
         assert agent.docs_url.startswith("https://")
         setup = agent.setup_for(LOCAL)
-        # The declared file is the first one the writer touches (Cline: none).
+        # The declared file is the first one the writer touches.
         written = [edit.relative_path for edit in setup.config_edits][:1]
         assert written == ([agent.config_file] if agent.config_file else [])
 
@@ -145,7 +145,7 @@ def test_continue_model_entry_and_required_top_level_keys() -> None:
     assert entry["roles"] == ["chat", "edit", "apply"]
 
 
-def test_cline_gives_fields_and_no_file() -> None:
+def test_cline_writes_the_clis_providers_file_and_still_gives_the_panel_fields() -> None:
     setup = get_agent("cline").setup_for(KEYED)
     fields = {field.label: field.value for field in setup.fields}
     assert fields["API Provider"] == "OpenAI Compatible"
@@ -153,8 +153,12 @@ def test_cline_gives_fields_and_no_file() -> None:
     assert fields["API Key"] == "sk-local-123"
     assert fields["Model ID"] == "qwen3-coder-30b"
     assert fields["Context Window Size"] == "65536"
-    assert not setup.has_writer
     assert next(f for f in setup.fields if f.label == "API Key").secret
+    (edit,) = setup.config_edits
+    assert edit.relative_path == ".cline/data/settings/providers.json"
+    settings = edit.fragment["providers"]["openai-compatible"]["settings"]
+    assert settings["baseUrl"] == "http://127.0.0.1:8420/v1"
+    assert settings["contextWindow"] == 65536
 
 
 def test_as_dict_is_json_with_every_shell() -> None:

@@ -43,7 +43,8 @@ def test_prints_env_and_file_for_the_chosen_shell(home: Path, capsys: pytest.Cap
 def test_json_output_is_the_setup(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["connect", "cline", "--base-url", "localhost:9", "--model", "m", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["agent"] == "cline" and data["config_files"] == []
+    assert data["agent"] == "cline"
+    assert [f["path"] for f in data["config_files"]] == [".cline/data/settings/providers.json"]
     assert {"label": "Base URL", "value": "http://localhost:9/v1", "secret": False} in data["fields"]
 
 
@@ -68,9 +69,15 @@ def test_dry_run_then_write_with_backup(home: Path, capsys: pytest.CaptureFixtur
     assert backup.read_text() == 'approval_policy = "never"\n'
 
 
-def test_cline_write_says_to_enter_values_by_hand(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["connect", "cline", "--base-url", "localhost:9", "--model", "m", "--write"]) == 1
-    assert "no config file the launcher can write" in capsys.readouterr().out
+def test_cline_write_creates_the_clis_providers_file(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["connect", "cline", "--base-url", "localhost:9", "--model", "m", "--write"]) == 0
+    path = home / ".cline" / "data" / "settings" / "providers.json"
+    assert f"created {path}" in capsys.readouterr().out
+    document = json.loads(path.read_text())
+    assert document["lastUsedProvider"] == "openai-compatible"
+    settings = document["providers"]["openai-compatible"]["settings"]
+    assert settings["baseUrl"] == "http://localhost:9/v1"
+    assert settings["model"] == "m"
 
 
 def test_unknown_agent_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
