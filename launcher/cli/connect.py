@@ -26,7 +26,9 @@ SHELL_CHOICES = ("bash", "zsh", "fish", "powershell")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags for `launcher connect`."""
-    parser.add_argument("agent", nargs="?", help="claude-code, codex, opencode, aider, continue or cline")
+    from launcher.integrations.agents import AGENTS
+
+    parser.add_argument("agent", nargs="?", help=", ".join(AGENTS))
     parser.add_argument("--list", action="store_true", help="list the agents the launcher can connect")
     parser.add_argument("--base-url", help="OpenAI-style base URL (default: the local server on the default port)")
     parser.add_argument("--api-key", help="the server's API key (default: $LAUNCHER_API_KEY, else none)")

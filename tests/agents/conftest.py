@@ -26,7 +26,7 @@ from tests.agents.scripted import scripted_model
 from tests.conformance.servers import RunningServer, ServerSpec, start_server
 from tests.server.harness import running_app
 
-AGENT_IDS = ("claude-code", "codex", "opencode", "aider", "continue", "cline")
+AGENT_IDS = ("claude-code", "codex", "opencode", "aider", "continue", "cline", "qwen-code")
 AGENT_TIMEOUT_S = 600  # a cold 12k-token prompt on a 2-core CPU takes about a minute
 GENERATION_PATHS = ("/messages", "/responses", "/chat/completions")
 ROUND_TRIP_PROMPT = "Create the file proof.txt containing the text round-trip-ok, then say you are done."

@@ -42,6 +42,13 @@ HEADLESS: dict[str, Headless] = {
     # true says so whatever the user's settings hold (not -y: that runs until the model calls
     # submit_and_exit). After `connect --write` a run would otherwise start Cline's hub daemon, which
     # outlives it, and may start a detached `npm update -g cline` on exit (launch's run config avoids both).
+    # A positional prompt is its one-shot mode (-p is deprecated). Headless "auto" approval hides the shell
+    # tool and refuses its `>` as an edit: auto-edit approves edits, --allowed-tools the shell. The prompt goes
+    # first because --allowed-tools takes every word after it.
+    "qwen-code": Headless(
+        ("{prompt}",),
+        ("{prompt}", "--approval-mode", "auto-edit", "--allowed-tools", "run_shell_command"),
+    ),
     "cline": Headless(
         ("{prompt}",),
         ("--auto-approve", "true", "{prompt}"),

@@ -39,10 +39,11 @@ def shell_arguments(tool: str, command: str) -> dict[str, object]:
         return {"command": ["bash", "-lc", command]}
     if tool == "run_commands":  # Cline
         return {"commands": [command]}
-    return {"command": command, "description": "Run the requested command"}  # Claude Code's Bash, OpenCode's bash
+    # Claude Code's Bash, OpenCode's bash, Continue's Bash, Qwen Code's run_shell_command
+    return {"command": command, "description": "Run the requested command"}
 
 
-SHELL_TOOLS = ("Bash", "exec_command", "shell", "bash", "run_commands")
+SHELL_TOOLS = ("Bash", "exec_command", "shell", "bash", "run_commands", "run_shell_command")
 
 
 def _offered_tool(prompt: str) -> str | None:

@@ -16,8 +16,8 @@ LOCAL = Endpoint("http://127.0.0.1:8420/v1", None, "qwen3-coder-30b", 65536)
 KEYED = Endpoint("http://127.0.0.1:8420", "sk-local-123", "qwen3-coder-30b", 65536)
 
 
-def test_registry_has_the_six_agents_of_the_issue() -> None:
-    assert list(AGENTS) == ["claude-code", "codex", "opencode", "aider", "continue", "cline"]
+def test_registry_has_the_seven_agents() -> None:
+    assert list(AGENTS) == ["claude-code", "codex", "opencode", "aider", "continue", "cline", "qwen-code"]
     for agent in AGENTS.values():
         assert agent.docs_url.startswith("https://")
         setup = agent.setup_for(LOCAL)

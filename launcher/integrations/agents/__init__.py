@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from launcher.core.errors import ConfigError
-from launcher.integrations.agents import aider, claude_code, cline, codex, continue_dev, opencode
+from launcher.integrations.agents import aider, claude_code, cline, codex, continue_dev, opencode, qwen_code
 from launcher.integrations.agents.base import Agent
 
 AGENTS: dict[str, Agent] = {
@@ -15,6 +15,7 @@ AGENTS: dict[str, Agent] = {
         aider.AGENT,
         continue_dev.AGENT,
         cline.AGENT,
+        qwen_code.AGENT,
     )
 }
 
@@ -24,6 +25,9 @@ _ALIASES = {
     "claudecode": "claude-code",
     "codex-cli": "codex",
     "continue-dev": "continue",
+    "qwen": "qwen-code",
+    "qwencode": "qwen-code",
+    "cn": "continue",
 }
 
 
