@@ -22,6 +22,7 @@ import signal
 import sys
 from collections.abc import MutableMapping
 from pathlib import Path
+from typing import Any
 
 from launcher.core.paths import is_frozen
 
@@ -51,6 +52,19 @@ def launcher_command() -> list[str]:
         if console.is_file():
             return [str(console)]
     return [sys.executable]
+
+
+WINDOWS_NEW_PROCESS_GROUP = 0x00000200
+"""subprocess.CREATE_NEW_PROCESS_GROUP, which only Windows' subprocess module defines."""
+
+
+def own_process_group() -> dict[str, Any]:
+    """Popen arguments for a child in a process group of its own: the Ctrl-C typed in our terminal does
+    not reach it (POSIX sends it to the foreground group, Windows to every process of the console but
+    those in a group of their own), and the whole group can be ended at once (POSIX: os.killpg)."""
+    if sys.platform == "win32":
+        return {"creationflags": WINDOWS_NEW_PROCESS_GROUP}
+    return {"start_new_session": True}
 
 
 def launcher_environment(existing_pythonpath: str | None) -> dict[str, str]:

@@ -29,12 +29,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.core.child_process import own_process_group
 from launcher.integrations.agents import AGENTS
 from launcher.integrations.agents.base import Agent
 
 VERSION_TIMEOUT_S = 6.0  # Cline and Continue's `cn` take ~2 s to print their version on a slow laptop
 _VERSION = re.compile(r"(?<![\w.])v?(\d+\.\d+(?:\.\d+)*(?:[-+][0-9A-Za-z][0-9A-Za-z.+-]*)?)")
-_CREATE_NEW_PROCESS_GROUP = 0x00000200  # subprocess's Windows-only constant, named for every platform
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
@@ -118,9 +118,6 @@ def program_version(path: Path, *, path_env: str, timeout: float = VERSION_TIMEO
     """
     env = {**os.environ, "PATH": path_env, "NO_COLOR": "1", "CI": "1"}
     # Its own process group, so that a timeout also ends what it started (a shell script's children).
-    popen_extra: dict[str, object] = (
-        {"creationflags": _CREATE_NEW_PROCESS_GROUP} if sys.platform == "win32" else {"start_new_session": True}
-    )
     try:
         process = subprocess.Popen(
             [str(path), "--version"],
@@ -128,7 +125,7 @@ def program_version(path: Path, *, path_env: str, timeout: float = VERSION_TIMEO
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
-            **popen_extra,  # type: ignore[call-overload]
+            **own_process_group(),
         )
     except OSError:
         return None

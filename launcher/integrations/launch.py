@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from launcher.core import paths
-from launcher.core.child_process import launcher_command, launcher_environment, parent_environment
+from launcher.core.child_process import launcher_command, launcher_environment, own_process_group, parent_environment
 from launcher.core.errors import ConfigError, ServerError
 from launcher.core.server_records import ServerRecord, running_servers
 from launcher.integrations.agents.base import Agent
@@ -117,7 +117,7 @@ def start_server(
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
-            start_new_session=True,  # the terminal's Ctrl-C belongs to the agent, not to the server
+            **own_process_group(),  # the terminal's Ctrl-C belongs to the agent, not to the server
         )
     started = StartedServer(process, {}, log_path)
     try:
