@@ -39,6 +39,7 @@ class Settings(BaseModel):
     serve: ServeConfig = Field(default_factory=ServeConfig)
     window: WindowGeometry = Field(default_factory=WindowGeometry)
     last_model: str | None = None
+    last_project_dir: str | None = Field(None, description="the folder an agent was last launched in")
     allow_network: bool = False
 
 

@@ -18,6 +18,11 @@ own: it asks the system's terminal for a new window running `launcher launch AGE
 The command is the launcher itself, started the way this process was (`launcher_command()`:
 this Python with `-m launcher` from source, the app when frozen), so the terminal runs the very
 launcher the app is.
+
+The command starts in the folder the user chose (`cwd`), as a coding agent works on the folder it
+starts in and a new terminal opens in its own default one (usually HOME): on Linux the `sh -c`
+wrapper does `cd -- DIR` first, on macOS the typed line does `cd DIR &&`, and on Windows the cmd
+line does `cd /d "DIR" &&` (Windows Terminal is also given `-d DIR` for the tab itself).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from launcher.core.child_process import launcher_command, launcher_environment
 from launcher.core.errors import LauncherError
@@ -44,6 +50,9 @@ LINUX_TERMINALS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 # After the command: say how it ended, then the user's shell, so the window stays open.
 _KEEP_OPEN = '"$@"; status=$?; echo; echo "[exited with status $status]"; exec "${SHELL:-/bin/sh}"'
+# The folder comes as the first argument, never inside the script text, so no quoting can go wrong;
+# when `cd` fails the command is not run, and the window stays open with cd's message.
+_KEEP_OPEN_IN = 'cd -- "$1" && shift && ' + _KEEP_OPEN
 _CMD_SPECIAL = set('^&|<>()%!"')
 _CREATE_NEW_CONSOLE = 0x00000010  # subprocess's Windows-only constants, named here for every platform
 _CREATE_NEW_PROCESS_GROUP = 0x00000200
@@ -51,6 +60,10 @@ _CREATE_NEW_PROCESS_GROUP = 0x00000200
 
 class TerminalNotFoundError(LauncherError):
     """No terminal program was found to open the command in."""
+
+
+class ProjectFolderError(LauncherError):
+    """The folder to start the command in is not there (or cannot be named on this platform)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +94,28 @@ def applescript_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def project_folder(folder: str | os.PathLike[str]) -> Path:
+    """`folder` as an absolute path; ProjectFolderError when it is not an existing folder."""
+    path = Path(folder).expanduser().absolute()
+    if not path.is_dir():
+        what = "is not a folder" if path.exists() else "does not exist"
+        raise ProjectFolderError(f"Cannot open the terminal in {path}: it {what}. Choose another folder.")
+    return path
+
+
+def cmd_cd(folder: str) -> str:
+    """`cd /d "FOLDER"` for cmd.exe, whatever the folder name holds.
+
+    Inside quotes `&`, `|` and spaces are plain text, but cmd still expands `%NAME%` there, so each
+    `%` is written outside the quotes as `^%`: on a command line (not in a batch file) cmd sees
+    `%"..."^%` as a variable with an impossible name and leaves it, then drops the caret. `cd`
+    itself removes every quote from its argument. A Windows file name cannot hold `"`.
+    """
+    if '"' in folder:
+        raise ProjectFolderError(f"Cannot open the terminal in {folder}: a Windows folder name cannot hold a quote.")
+    return "cd /d " + "^%".join(f'"{part}"' for part in folder.split("%"))
+
+
 def cmd_command_line(argv: Sequence[str]) -> str:
     """`argv` as a line cmd.exe runs as those arguments.
 
@@ -105,25 +140,39 @@ def terminal_command(
     argv: Sequence[str],
     *,
     env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
     platform: str = sys.platform,
     which: Which = shutil.which,
 ) -> TerminalCommand:
-    """The command that opens a new terminal window running `argv` (with `env` added) and keeps it open."""
+    """The command that opens a new terminal window running `argv` (with `env` added) and keeps it open.
+
+    `cwd`: the folder the command starts in (ProjectFolderError when it is not one); None leaves
+    the terminal's own default.
+    """
     env = env or {}
+    folder = None if cwd is None else str(project_folder(cwd))
     if platform == "darwin":
-        script = f'tell application "Terminal" to do script {applescript_string(shlex.join(_with_env(argv, env)))}'
+        # An absolute path never starts with `-`, so plain `cd` is safe in any login shell (fish too).
+        line = shlex.join(_with_env(argv, env))
+        if folder is not None:
+            line = f"cd {shlex.quote(folder)} && {line}"
+        script = f'tell application "Terminal" to do script {applescript_string(line)}'
         return TerminalCommand(
             "Terminal",
             ["osascript", "-e", script, "-e", 'tell application "Terminal" to activate'],
         )
     if platform == "win32":
+        cd = "" if folder is None else cmd_cd(folder) + " && "
         sets = "".join(f'set "{name}={value}" && ' for name, value in env.items())
-        inner = sets + cmd_command_line(argv)
+        inner = cd + sets + cmd_command_line(argv)
         wt = which("wt.exe") or which("wt")
         if wt:
             # wt reads `;` as the start of its next subcommand: an escaped one is passed on.
             escaped = inner.replace(";", "\\;")
-            program = subprocess.list2cmdline([wt, "new-tab", "cmd.exe", "/s", "/k"])
+            # `-d` starts the tab itself there too; the command line's own `cd` is what the
+            # command relies on, the same line cmd runs without wt.
+            directory = [] if folder is None else ["-d", folder.replace(";", "\\;")]
+            program = subprocess.list2cmdline([wt, "new-tab", *directory, "cmd.exe", "/s", "/k"])
             return TerminalCommand("Windows Terminal", f'{program} "{escaped}"', _CREATE_NEW_PROCESS_GROUP)
         # cmd in a new console window rather than `cmd /c start cmd /k ...`, which would parse
         # the command twice (once for `start`, once for the new cmd) and need two levels of escaping.
@@ -131,7 +180,8 @@ def terminal_command(
     for name, flag in LINUX_TERMINALS:
         found = which(name)
         if found:
-            return TerminalCommand(name, [found, *flag, "sh", "-c", _KEEP_OPEN, "sh", *_with_env(argv, env)])
+            script, first = (_KEEP_OPEN, []) if folder is None else (_KEEP_OPEN_IN, [folder])
+            return TerminalCommand(name, [found, *flag, "sh", "-c", script, "sh", *first, *_with_env(argv, env)])
     names = ", ".join(name for name, _ in LINUX_TERMINALS)
     raise TerminalNotFoundError(
         f"No terminal program was found to open it in (looked for {names}); "
@@ -160,11 +210,15 @@ def open_in_terminal(
     argv: Sequence[str],
     *,
     env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
     platform: str = sys.platform,
     which: Which = shutil.which,
 ) -> TerminalCommand:
-    """Open a new terminal window running `argv`; the command used. TerminalNotFoundError when there is none."""
-    command = terminal_command(argv, env=env, platform=platform, which=which)
+    """Open a new terminal window running `argv` in `cwd`; the command used.
+
+    TerminalNotFoundError when there is no terminal, ProjectFolderError when `cwd` is no folder.
+    """
+    command = terminal_command(argv, env=env, cwd=cwd, platform=platform, which=which)
     try:
         start_detached(command)
     except OSError as err:
@@ -172,18 +226,21 @@ def open_in_terminal(
     return command
 
 
-def open_launch(agent_id: str) -> TerminalCommand:
-    """Open a new terminal window running `launcher launch AGENT_ID`."""
+def open_launch(agent_id: str, folder: str | os.PathLike[str]) -> TerminalCommand:
+    """Open a new terminal window running `launcher launch AGENT_ID` in the project `folder`."""
     argv, env = launch_invocation("launch", agent_id)
-    return open_in_terminal(argv, env=env)
+    return open_in_terminal(argv, env=env, cwd=folder)
 
 
 __all__ = [
+    "ProjectFolderError",
     "TerminalCommand",
     "TerminalNotFoundError",
+    "cmd_cd",
     "cmd_command_line",
     "launch_invocation",
     "open_in_terminal",
     "open_launch",
+    "project_folder",
     "terminal_command",
 ]

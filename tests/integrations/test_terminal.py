@@ -15,10 +15,13 @@ import pytest
 
 from launcher.integrations import terminal
 from launcher.integrations.terminal import (
+    ProjectFolderError,
     TerminalNotFoundError,
+    cmd_cd,
     cmd_command_line,
     launch_invocation,
     open_in_terminal,
+    open_launch,
     terminal_command,
 )
 
@@ -29,6 +32,34 @@ ARGV = ["/Applications/Launcher App.app/Contents/MacOS/launcher", "launch", "cla
 def only(*names: str):  # type: ignore[no-untyped-def]
     """A `which` that finds just these programs, in /usr/bin."""
     return lambda name: f"/usr/bin/{name}" if name in names else None
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A project folder whose name needs quoting everywhere: spaces, quotes, `&`, `%`, `;`, `$`."""
+    folder = tmp_path / """it's "my" app & 50%PATH%; $HOME"""
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def windows_project(tmp_path: Path) -> Path:
+    """The same for Windows, where a file name cannot hold a quote."""
+    folder = tmp_path / "it's my app & 50%PATH%; x"
+    folder.mkdir()
+    return folder
+
+
+def pwd_recorder(tmp_path: Path) -> tuple[Path, Path]:
+    """A program that writes the folder it runs in, and its arguments, to a file; both paths."""
+    record = tmp_path / "pwd.json"
+    recorder = tmp_path / "recorder"
+    recorder.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\n"
+        f"json.dump({{'cwd': os.getcwd(), 'argv': sys.argv[1:]}}, open({str(record)!r}, 'w'))\n"
+    )
+    recorder.chmod(0o755)
+    return recorder, record
 
 
 def applescript_literal(script: str) -> str:
@@ -174,3 +205,97 @@ def test_launch_invocation_is_the_launcher_this_process_runs(tmp_path: Path) -> 
     result = subprocess.run(argv, cwd=tmp_path, env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "launch" in result.stdout or "serve" in result.stdout
+
+
+@pytest.mark.skipif(os.name == "nt", reason="runs the typed line in a POSIX shell")
+def test_macos_types_a_cd_into_the_project_before_the_command(tmp_path: Path, project: Path) -> None:
+    recorder, record = pwd_recorder(tmp_path)
+    command = terminal_command([str(recorder), "launch", "codex", PROMPT], cwd=project, platform="darwin")
+    assert isinstance(command.args, list)
+    line = applescript_literal(command.args[2])
+    assert line.startswith("cd ") and "--" not in line.split("&&")[0]  # plain cd: fish takes it too
+    # Type the line into a shell the way Terminal's window does, from somewhere else.
+    result = subprocess.run(["sh", "-c", line], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(record.read_text()) == {"cwd": str(project), "argv": ["launch", "codex", PROMPT]}
+
+
+def test_windows_terminal_starts_the_tab_and_the_command_in_the_project(windows_project: Path) -> None:
+    folder = str(windows_project)
+    command = terminal_command(["launcher", "launch", "codex"], cwd=windows_project, platform="win32", which=only("wt"))
+    assert isinstance(command.args, str)
+    # `-d` quoted as one argument for wt, its `;` escaped so wt does not start a second tab there.
+    tab_folder = folder.replace(";", "\\;")
+    assert command.args.startswith(f'/usr/bin/wt new-tab -d "{tab_folder}" cmd.exe /s /k "cd /d ')
+    assert command.args.endswith(' && launcher launch codex"')
+
+
+def test_cmd_changes_to_the_project_folder_first(windows_project: Path) -> None:
+    argv = ["C:\\Program Files\\Launcher\\launcher-cli.exe", "launch", "codex"]
+    command = terminal_command(argv, env={"PYTHONPATH": "C:\\src"}, cwd=windows_project, platform="win32", which=only())
+    assert command.terminal == "Command Prompt"
+    head, tail = str(windows_project).split("%PATH%")
+    # `&` and `;` are inside quotes; each `%` is outside them, escaped, so cmd never expands %PATH%.
+    assert command.args == (
+        f'cmd.exe /s /k "cd /d "{head}"^%"PATH"^%"{tail}" && set "PYTHONPATH=C:\\src" && '
+        '"C:\\Program Files\\Launcher\\launcher-cli.exe" launch codex"'
+    )
+
+
+def test_cmd_cd_quoting() -> None:
+    assert cmd_cd("C:\\My Projects\\a&b") == 'cd /d "C:\\My Projects\\a&b"'
+    assert cmd_cd("D:\\100%") == 'cd /d "D:\\100"^%""'
+    with pytest.raises(ProjectFolderError, match="cannot hold a quote"):
+        cmd_cd('C:\\say "hi"')
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fake terminal stands in for a Linux one")
+def test_the_linux_terminal_runs_the_command_in_the_project(
+    tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fake xterm that really runs what it is given after `-e`: the command starts in the project."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_xterm = bin_dir / "xterm"
+    fake_xterm.write_text(
+        f"#!{sys.executable}\nimport os, sys\nassert sys.argv[1] == '-e'\nos.execvp(sys.argv[2], sys.argv[2:])\n"
+    )
+    fake_xterm.chmod(0o755)
+    out = tmp_path / "pwd.txt"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SHELL", "true")  # the shell that keeps the window open ends at once here
+    monkeypatch.chdir(tmp_path)  # somewhere else than the project
+    command = open_in_terminal(["sh", "-c", f"pwd > {shlex.quote(str(out))}"], cwd=project)
+    assert command.terminal == "xterm"
+    deadline = time.monotonic() + 20
+    while not (out.exists() and out.read_text().endswith("\n")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert out.read_text() == f"{project}\n"
+
+
+def test_a_folder_that_is_not_there_is_refused_before_any_terminal_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[terminal.TerminalCommand] = []
+    monkeypatch.setattr(terminal, "start_detached", started.append)
+    with pytest.raises(ProjectFolderError, match=r"it does not exist\. Choose another folder\."):
+        open_launch("codex", tmp_path / "gone")
+    (tmp_path / "notes.txt").write_text("")
+    with pytest.raises(ProjectFolderError, match="is not a folder"):
+        terminal_command(["launcher"], cwd=tmp_path / "notes.txt", platform="linux", which=only("xterm"))
+    assert started == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a fake Linux terminal")
+def test_open_launch_runs_launch_in_the_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "xterm").write_text("#!/bin/sh\n")
+    (bin_dir / "xterm").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    started: list[terminal.TerminalCommand] = []
+    monkeypatch.setattr(terminal, "start_detached", started.append)
+    command = open_launch("aider", tmp_path)
+    assert started == [command] and isinstance(command.args, list)
+    assert command.args[:6] == [str(bin_dir / "xterm"), "-e", "sh", "-c", terminal._KEEP_OPEN_IN, "sh"]
+    assert command.args[6] == str(tmp_path) and command.args[-2:] == ["launch", "aider"]

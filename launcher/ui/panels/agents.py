@@ -1,7 +1,9 @@
 """Connect an agent: for Claude Code, Codex CLI, OpenCode, Aider, Continue and Cline, the exact settings
 for the running endpoint with copy buttons, a config-file writer (backup first) and a live "Test";
-whether the agent's program is installed (and its version), and a Launch button that opens
-`launcher launch AGENT` in a new terminal window.
+whether the agent's program is installed (and its version), and a Launch button that asks for the
+project folder and opens `launcher launch AGENT` there in a new terminal window (an agent works on
+the folder it starts in; a terminal opens in HOME). The folder chosen is kept in the settings the
+window owns (`Settings.last_project_dir`), which the window saves, so the next Launch starts there.
 
 Everything agent-specific comes from `launcher.integrations` (Qt-free); this page only shows it.
 Finding the installed agents runs each one's `--version`, so it runs off the UI thread.
@@ -16,6 +18,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QGuiApplication
 from PySide6.QtWidgets import (
     QComboBox,
+    QFileDialog,
     QHBoxLayout,
     QLabel,
     QListWidget,
@@ -30,6 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from launcher.core.errors import LauncherError
+from launcher.core.settings import Settings
 from launcher.ui import theme, workers
 from launcher.ui.server_process import ServerEndpoint
 from launcher.ui.widgets.card import Card, CopyField, muted
@@ -109,9 +113,13 @@ class AgentsPanel(QWidget):
     installed_checked = Signal(object)  # dict[str, InstalledAgent]
     launched = Signal(object)  # the TerminalCommand that opened the agent
 
-    def __init__(self, parent: QWidget | None = None, *, home: Path | None = None) -> None:
+    def __init__(
+        self, parent: QWidget | None = None, *, home: Path | None = None, settings: Settings | None = None
+    ) -> None:
         super().__init__(parent)
         self.home = home or Path.home()
+        # The window's settings object: this page only changes `last_project_dir`; the window saves it.
+        self.settings = settings if settings is not None else Settings()
         self.endpoint: Endpoint | None = None
         self.setup: AgentSetup | None = None
         self._testing = False
@@ -233,7 +241,9 @@ class AgentsPanel(QWidget):
         self.install_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         row.addWidget(self.install_label, 1)
         self.launch_button = QPushButton("Launch")
-        self.launch_button.setToolTip(f"Opens a terminal window running: launcher launch {agent.id}")
+        self.launch_button.setToolTip(
+            f"Asks for the project folder, then opens a terminal window there running: launcher launch {agent.id}"
+        )
         self.launch_button.clicked.connect(lambda: self.launch_agent(agent.id))
         self.launch_button.setVisible(agent.binary is not None)
         row.addWidget(self.launch_button, 0, Qt.AlignmentFlag.AlignRight)
@@ -347,14 +357,33 @@ class AgentsPanel(QWidget):
         self.config_written.emit(result)
         return result
 
-    def launch_agent(self, agent_id: str) -> None:
-        """Open a new terminal window running `launcher launch AGENT_ID`; a failure is shown on the page."""
+    def choose_project_folder(self, agent_name: str) -> Path | None:
+        """Ask which folder the agent works on, starting at the last one (else HOME); None when cancelled."""
+        last = self.settings.last_project_dir
+        start = last if last and Path(last).is_dir() else str(self.home)
+        chosen = QFileDialog.getExistingDirectory(self, f"Open {agent_name} in which project folder?", start)
+        return Path(chosen) if chosen else None
+
+    def launch_agent(self, agent_id: str, folder: Path | None = None) -> None:
+        """Open a new terminal window running `launcher launch AGENT_ID` in a project folder.
+
+        Without `folder` the user is asked for one; cancelling does nothing. A failure is shown on the page.
+        """
+        name = _api().AGENTS[agent_id].name
+        if folder is None:
+            folder = self.choose_project_folder(name)
+            if folder is None:
+                return
+        # Remembered even when no terminal opens: it is the user's choice, and the next try starts there.
+        self.settings.last_project_dir = str(folder)
         try:
-            command = _terminal_api().open_launch(agent_id)
+            command = _terminal_api().open_launch(agent_id, folder)
         except LauncherError as err:
             self._show_launch_status(str(err), theme.BAD)
             return
-        self._show_launch_status(f"Opened {command.terminal}: launcher launch {agent_id}", theme.MUTED)
+        self._show_launch_status(
+            f"Opened {name} in {folder} ({command.terminal}: launcher launch {agent_id})", theme.MUTED
+        )
         self.launched.emit(command)
 
     def _show_launch_status(self, text: str, colour: str) -> None:
