@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from launcher.core.server_records import running_servers, servers_dir
 from launcher.integrations.agents import AGENTS
 from launcher.integrations.agents.base import Agent, Install, RunConfig
 from launcher.integrations.endpoint import Endpoint
-from launcher.integrations.setup import AgentSetup
+from launcher.integrations.setup import AgentSetup, ConfigEdit
 from tests.conformance.servers import REPO_ROOT, launch_serve
 
 pytestmark = pytest.mark.slow
@@ -195,6 +196,22 @@ def test_ctrl_c_goes_to_the_agent_and_launch_still_cleans_up(echo_agent: Path, t
     assert "agent got SIGINT" in out, err
     assert process.returncode == 0, err  # the agent's choice, not an interrupted launch
     assert _gone(record.pid), "the server outlived launch"
+
+
+def test_write_also_writes_the_agents_config_for_good(
+    echo_agent: Path, tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "user"
+    monkeypatch.setenv("HOME", str(home))
+
+    def build(endpoint: Endpoint) -> AgentSetup:
+        edit = ConfigEdit(".echo/config.json", "json", {"base_url": endpoint.base_url, "model": endpoint.model_id})
+        return AgentSetup("echo-agent", "Echo agent", "", "openai-chat", {}, None, (edit,), (), 0, None, ())
+
+    monkeypatch.setitem(AGENTS, ECHO_AGENT.id, replace(ECHO_AGENT, build=build))
+    assert main(["launch", "echo-agent", str(tiny_gguf), "--write"]) == 0
+    written = json.loads((home / ".echo" / "config.json").read_text())
+    assert written["model"] == "tiny-llama" and written["base_url"].endswith("/v1")
 
 
 def test_an_agent_that_is_not_installed_is_named_with_its_install_command(
