@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.core.child_process import launcher_command, launcher_environment
+from launcher.core.child_process import WINDOWS_NEW_PROCESS_GROUP, launcher_command, launcher_environment
 from launcher.core.errors import LauncherError
 
 Which = Callable[[str], str | None]
@@ -54,8 +54,7 @@ _KEEP_OPEN = '"$@"; status=$?; echo; echo "[exited with status $status]"; exec "
 # when `cd` fails the command is not run, and the window stays open with cd's message.
 _KEEP_OPEN_IN = 'cd -- "$1" && shift && ' + _KEEP_OPEN
 _CMD_SPECIAL = set('^&|<>()%!"')
-_CREATE_NEW_CONSOLE = 0x00000010  # subprocess's Windows-only constants, named here for every platform
-_CREATE_NEW_PROCESS_GROUP = 0x00000200
+_CREATE_NEW_CONSOLE = 0x00000010  # subprocess's Windows-only constant, named here for every platform
 
 
 class TerminalNotFoundError(LauncherError):
@@ -173,7 +172,7 @@ def terminal_command(
             # command relies on, the same line cmd runs without wt.
             directory = [] if folder is None else ["-d", folder.replace(";", "\\;")]
             program = subprocess.list2cmdline([wt, "new-tab", *directory, "cmd.exe", "/s", "/k"])
-            return TerminalCommand("Windows Terminal", f'{program} "{escaped}"', _CREATE_NEW_PROCESS_GROUP)
+            return TerminalCommand("Windows Terminal", f'{program} "{escaped}"', WINDOWS_NEW_PROCESS_GROUP)
         # cmd in a new console window rather than `cmd /c start cmd /k ...`, which would parse
         # the command twice (once for `start`, once for the new cmd) and need two levels of escaping.
         return TerminalCommand("Command Prompt", f'cmd.exe /s /k "{inner}"', _CREATE_NEW_CONSOLE)

@@ -107,7 +107,7 @@ class MainWindow(QMainWindow):
         self.loaded_models = LoadedModelsPanel()
         self.endpoint: ServerEndpoint | None = None
         self.logs_page = LogsPanel()
-        self.agents_page = AgentsPanel(home=home)
+        self.agents_page = AgentsPanel(home=home, settings=self.settings)
         self.chat_page = ChatPanel()
         self.settings_page = SettingsPanel(self.settings, persist=save_settings)
         self.settings_page.saved.connect(lambda _settings: self.models_page.refresh())
