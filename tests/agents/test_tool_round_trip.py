@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher.core.paths import resources_dir
 from tests.agents.capture import RequestCapture
 from tests.agents.clis import AgentCli
 from tests.agents.conftest import AGENT_IDS, RoundTrip, drive, fresh_workspace
@@ -47,3 +48,18 @@ def test_a_call_that_does_not_parse_reaches_the_agent_as_text(
     assert run.returncode == 0, run.output
     assert BROKEN_CALL_TAIL in run.stdout, run.output
     assert not (workspace.workdir / PROOF_FILE).exists()
+
+
+def test_codex_still_sends_the_prompt_launch_gives_it_in_its_model_catalog(
+    round_trip: Callable[[str], RoundTrip],
+) -> None:
+    # Configured by `connect --write`, Codex has no catalog entry for our model and sends the prompt it
+    # gives every unknown model. Launch's run-only catalog must carry that same prompt: when a Codex
+    # release changes it, this fails (and `scripts/test-agents --latest` says so before users notice).
+    first = round_trip("codex").turns()[0]
+    shipped = (resources_dir() / "agents" / "codex_prompt.md").read_text(encoding="utf-8")
+    # Codex 0.171 sends it as the first developer message (not as `instructions`).
+    texts = [
+        part["text"] for item in first.body["input"] if item.get("role") == "developer" for part in item["content"]
+    ]
+    assert texts[0] == shipped
