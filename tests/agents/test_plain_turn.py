@@ -87,8 +87,13 @@ def test_launch_runs_a_plain_turn_on_the_starter_model(
     statuses = [entry for entry in logged if entry.status is not None]
     assert any(entry.path.endswith(GENERATION_PATHS) for entry in statuses), log.read_text()[-3000:]
     assert [entry.line for entry in statuses if (entry.status or 0) >= 400] == []
-    # The agent shows the answer of its last generation request (earlier ones: titles and the like).
+    # The agent shows the answer of one of its generation requests: others are titles, summaries, or (Qwen
+    # Code) a memory extraction in the background, which may end after the answer.
     replies = [entry.reply for entry in logged if entry.reply is not None]
-    answer = _words(replies[-1])[:8]
     shown = set(_words(run.stdout))
-    assert not answer or sum(word in shown for word in answer) >= min(3, len(answer)), (replies[-1], run.output)
+
+    def is_shown(reply: str) -> bool:
+        answer = _words(reply)[:8]
+        return not answer or sum(word in shown for word in answer) >= min(3, len(answer))
+
+    assert any(is_shown(reply) for reply in replies), (replies, run.output)
