@@ -5,7 +5,8 @@
     launcher connect codex --dry-run             # the diff --write would apply to ~/.codex/config.toml
     launcher connect opencode --write --test     # write the config (with a backup), then a live test
 
-Without --base-url it asks the server on the default port for the model and context length.
+Without --base-url it asks a running server for the model and context length: the one on the default
+port, else the newest `launcher serve` on any port.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("agent", nargs="?", help=", ".join(AGENTS))
     parser.add_argument("--list", action="store_true", help="list the agents the launcher can connect")
-    parser.add_argument("--base-url", help="OpenAI-style base URL (default: the local server on the default port)")
+    parser.add_argument(
+        "--base-url", help="OpenAI-style base URL (default: the running server on the default port, else the newest)"
+    )
     parser.add_argument("--api-key", help="the server's API key (default: $LAUNCHER_API_KEY, else none)")
     parser.add_argument("--model", help="model id (default: the first model the server lists)")
     parser.add_argument("--context", type=int, help="the server's context length (default: what the server reports)")

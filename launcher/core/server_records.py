@@ -56,8 +56,9 @@ def record_server(ready: dict[str, Any]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{os.getpid()}.json"
     data = {**ready, "pid": os.getpid(), "started_at": psutil.Process().create_time()}
-    # Written whole and renamed into place: a reader never sees half a record.
-    fd, temporary = tempfile.mkstemp(dir=folder, prefix=".", suffix=".json")
+    # Written whole and renamed into place: a reader never sees half a record (nor the temp file,
+    # which readers' `*.json` does not match).
+    fd, temporary = tempfile.mkstemp(dir=folder, prefix=".", suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as file:
         json.dump(data, file)
     os.replace(temporary, path)
@@ -66,8 +67,16 @@ def record_server(ready: dict[str, Any]) -> Path:
 
 def remove_record(path: Path) -> None:
     """Remove a run file (on the server's way out); a missing one is fine."""
-    with contextlib.suppress(FileNotFoundError):
+    with contextlib.suppress(OSError):  # gone already, or (Windows) still open in a reader
         path.unlink()
+
+
+def preferred_server(servers: list[ServerRecord], port: int) -> ServerRecord | None:
+    """The server to point a lasting setup at: the one on `port` (the default one the app and a plain
+    `launcher serve` use), else the newest. A server `launcher launch` started for one run is newer
+    but goes away with that run."""
+    on_port = [s for s in servers if s.url.rsplit(":", 1)[-1] == str(port)]
+    return (on_port or servers or [None])[0]
 
 
 def running_servers() -> list[ServerRecord]:
@@ -108,5 +117,7 @@ def _alive(record: ServerRecord) -> bool:
         process = psutil.Process(record.pid)
         # A pid the system gave to another process since: its start time differs from the record's.
         return abs(process.create_time() - record.started_at) < 1.0 and process.status() != psutil.STATUS_ZOMBIE
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
+    except psutil.NoSuchProcess:
         return False
+    except psutil.AccessDenied:
+        return True  # another user's live process: not ours to call stale

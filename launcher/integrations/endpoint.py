@@ -4,8 +4,8 @@
 server needs none), the model id clients send, the context length when it is known, and the
 small model when the server sends an agent's small-model names (Claude Code's `claude-haiku-*`)
 to another model than the main one.
-`discover_endpoint` asks a running server (`GET /v1/models`; without a URL, the newest one the run
-files name, else the default port) for the missing pieces, so
+`discover_endpoint` asks a running server (`GET /v1/models`; without a URL, the one the run files
+name on the default port, else the newest, else the default port) for the missing pieces, so
 `launcher connect` and the app's "Connect an agent" panel never make the user type what the
 server already knows.
 """
@@ -19,7 +19,7 @@ from typing import Any
 from launcher.core.config import DEFAULT_PORT
 from launcher.core.errors import ConfigError, ServerError
 from launcher.core.model_cards import context_length_of_card
-from launcher.core.server_records import running_servers
+from launcher.core.server_records import preferred_server, running_servers
 
 DEFAULT_BASE_URL = f"http://127.0.0.1:{DEFAULT_PORT}/v1"
 
@@ -76,9 +76,10 @@ def normalize_base_url(url: str) -> str:
 
 
 def running_base_url() -> str | None:
-    """The base URL of the newest running `launcher serve` (its run file), on whatever port; None if none."""
-    servers = running_servers()
-    return servers[0].base_url if servers else None
+    """The base URL of the running `launcher serve` to connect to (its run file): the one on the default
+    port, else the newest on whatever port; None if none runs."""
+    chosen = preferred_server(running_servers(), DEFAULT_PORT)
+    return chosen.base_url if chosen else None
 
 
 def discover_endpoint(
@@ -89,7 +90,8 @@ def discover_endpoint(
     *,
     timeout: float = 5.0,
 ) -> Endpoint:
-    """Fill in what is missing by asking the server's `/v1/models` (default: the local default port).
+    """Fill in what is missing by asking the server's `/v1/models` (default: `running_base_url()`, else the
+    default port).
 
     Raises ServerError with what to do when no server answers, or the key is refused.
     """

@@ -331,8 +331,11 @@ def _serve(config: ServeConfig, child: ChildServer | None) -> int:
             return int(getattr(error, "exit_code", 1))
         url = public_url(config.host, port)
         ready = _ready(state, url, config)
-        record.append(record_server(ready))  # `launch`, `connect` and `ps` find us on any port (before READY:
-        print("LAUNCHER_READY " + json.dumps(ready), flush=True)  # whoever saw that line finds the record)
+        try:  # `launch`, `connect` and `ps` find us on any port (written before READY: whoever saw it finds us)
+            record.append(record_server(ready))
+        except OSError as err:  # a read-only state folder costs the finding, not the server
+            print(f"warning: could not write the run file ({err}); give --url to find this server", file=sys.stderr)
+        print("LAUNCHER_READY " + json.dumps(ready), flush=True)
         forgetting = asyncio.create_task(forget_when_stopping())
         count = len(pool.names.entries)
         served = state.startup or served_remote
