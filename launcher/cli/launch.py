@@ -13,12 +13,15 @@ launch started stops when the agent exits.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from launcher.core.server_records import ServerRecord
     from launcher.integrations.agents.base import Agent
     from launcher.integrations.endpoint import Endpoint
     from launcher.integrations.launch import StartedServer
@@ -39,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--url", help="use the server at this URL instead of looking for one")
     parser.add_argument("--api-key", help="the server's API key (default: $LAUNCHER_API_KEY, else the settings')")
+    parser.add_argument("--api-key-file", help="read the server's API key from the first line of this file")
     parser.add_argument("--keep-server", action="store_true", help="leave a server launch started running")
     parser.add_argument(
         "--write", action="store_true", help="also write the agent's config files for good (as `connect --write`)"
@@ -57,19 +61,22 @@ def run(args: argparse.Namespace) -> int:
     api_key = _api_key(args)
     started: StartedServer | None = None
     try:
-        if args.url:
-            base_url, model = args.url, args.model
-        else:
-            base_url, model, started = _server(args, api_key)
-        endpoint = launch.endpoint_for(base_url, api_key, model)
-        context = f"{endpoint.context_length:,}-token context" if endpoint.context_length else "context unknown"
-        launch.say(f"{agent.name} -> {endpoint.model_id} at {endpoint.base_url} ({context})")
-        for warning in context_warnings(agent.name, agent.min_context, endpoint.context_length):
-            launch.say(f"warning: {warning}")
-        if args.write:
-            _write(agent, endpoint, kept=started is None or args.keep_server)
-        return launch.run_agent(agent, command, endpoint, getattr(args, PASSTHROUGH))
+        with _ended_by_hangup_or_term():
+            if args.url:
+                base_url, model = args.url, args.model
+            else:
+                base_url, model, started = _server(args, api_key)
+            endpoint = launch.endpoint_for(base_url, api_key, model)
+            context = f"{endpoint.context_length:,}-token context" if endpoint.context_length else "context unknown"
+            launch.say(f"{agent.name} -> {endpoint.model_id} at {endpoint.base_url} ({context})")
+            for warning in context_warnings(agent.name, agent.min_context, endpoint.context_length):
+                launch.say(f"warning: {warning}")
+            if args.write:
+                _write(agent, endpoint, kept=started is None or args.keep_server)
+            return launch.run_agent(agent, command, endpoint, getattr(args, PASSTHROUGH))
     finally:
+        if started is not None and (note := started.exit_note()):
+            launch.say(f"warning: {note}")
         if started is not None and args.keep_server:
             started.detach()
             launch.say(f"The server keeps running at {started.base_url} (pid {started.process.pid}).")
@@ -77,20 +84,32 @@ def run(args: argparse.Namespace) -> int:
             started.stop()
 
 
+@contextlib.contextmanager
+def _ended_by_hangup_or_term() -> Iterator[None]:
+    """A closed terminal window (SIGHUP) or a kill (SIGTERM) ends launch through its `finally`, so the
+    server it started is stopped and the run folder removed; by default either signal would end the
+    process on the spot. (Linux would stop the server anyway through its parent-death signal; macOS
+    and a SIGTERM'd launch would not.)"""
+
+    def end(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    names = [name for name in ("SIGHUP", "SIGTERM") if hasattr(signal, name)]
+    previous = {name: signal.signal(getattr(signal, name), end) for name in names}
+    try:
+        yield
+    finally:
+        for name, handler in previous.items():
+            signal.signal(getattr(signal, name), handler)
+
+
 def _server(args: argparse.Namespace, api_key: str | None) -> tuple[str, str | None, StartedServer | None]:
     """(base URL, model, the server we started or None): a running server for the model, else a new one."""
-    from launcher.core.errors import ServerError
     from launcher.integrations import launch
 
-    record = launch.find_server(args.model)
-    if record is not None:
-        if record.api_key_required and not api_key:
-            raise ServerError(f"the server at {record.url} needs an API key: pass --api-key or set $LAUNCHER_API_KEY")
-        launch.say(f"Using the server at {record.url} (pid {record.pid}).")
-        if args.model and args.model != record.model:
-            launch.say(f"Loading {args.model}...")
-            launch.preload(record, args.model, api_key)
-        return record.base_url, args.model or record.model, None
+    found = _running_server_for(args.model, api_key)
+    if found is not None:
+        return found.base_url, args.model or found.model, None
     what = args.model or "the default model"
     if args.model is None:
         launch.say(
@@ -103,6 +122,42 @@ def _server(args: argparse.Namespace, api_key: str | None) -> tuple[str, str | N
         sys.stderr.write("\r\033[K")  # the progress line gives way to the ready line
     launch.say(f"Server ready at {started.base_url} (log: {started.log_path}).")
     return started.base_url, str(started.ready.get("model") or "") or None, started
+
+
+def _running_server_for(model: str | None, api_key: str | None) -> ServerRecord | None:
+    """A running server for MODEL, with MODEL loaded (so the agent learns its real context window).
+
+    First one whose run file names MODEL; else (no MODEL, or one its run file cannot know: pulled
+    after it started) the server on the default port or the newest, if it loads MODEL: a second
+    server beside a running one would compete with it for the same memory.
+    """
+    from launcher.core.config import DEFAULT_PORT
+    from launcher.core.errors import ServerError
+    from launcher.core.server_records import preferred_server, running_servers
+    from launcher.integrations import launch
+
+    record = launch.find_server(model) if model else None
+    named = record is not None
+    if record is None:  # no model named (any server will do), or none names it
+        record = preferred_server(running_servers(), DEFAULT_PORT)
+    if record is None:
+        return None
+    if record.api_key_required and not api_key:
+        raise ServerError(
+            f"the server at {record.url} needs an API key: pass --api-key or --api-key-file, or set $LAUNCHER_API_KEY"
+        )
+    wanted = model or record.model
+    if wanted is not None:
+        launch.say(f"Loading {wanted} on the server at {record.url} (pid {record.pid})...")
+        try:
+            launch.preload(record, wanted, api_key)  # at once when it is loaded already
+        except ServerError as err:
+            if named:
+                raise
+            launch.say(f"It cannot serve {wanted} ({err}); starting a server for it.")
+            return None
+    launch.say(f"Using the server at {record.url} (pid {record.pid}).")
+    return record
 
 
 def _progress(what: str) -> Callable[[str, float], None]:
@@ -125,13 +180,15 @@ def _progress(what: str) -> Callable[[str, float], None]:
 
 
 def _api_key(args: argparse.Namespace) -> str | None:
-    """--api-key, else $LAUNCHER_API_KEY, else the key the settings give `launcher serve`."""
+    """--api-key, else --api-key-file, else $LAUNCHER_API_KEY, else the key the settings give `launcher serve`."""
     from launcher.cli.serve import api_key_of
     from launcher.core import settings
-    from launcher.core.config import API_KEY_ENV
+    from launcher.core.config import API_KEY_ENV, ServeConfig
 
     if args.api_key:
         return str(args.api_key)
+    if args.api_key_file:
+        return api_key_of(ServeConfig(api_key_file=args.api_key_file))
     if os.environ.get(API_KEY_ENV, "").strip():
         return os.environ[API_KEY_ENV].strip()
     return api_key_of(settings.load().serve)

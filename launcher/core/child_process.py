@@ -67,6 +67,20 @@ def own_process_group() -> dict[str, Any]:
     return {"start_new_session": True}
 
 
+def outside_environment() -> dict[str, str]:
+    """Our environment as a program outside the launcher should get it. A frozen Linux app runs with
+    LD_LIBRARY_PATH pointing into its bundle (PyInstaller keeps the user's own in LD_LIBRARY_PATH_ORIG):
+    node and the agents must load the system's libraries, not ours."""
+    env = dict(os.environ)
+    if is_frozen() and "LD_LIBRARY_PATH" in env:
+        original = env.pop("LD_LIBRARY_PATH_ORIG", None)
+        if original:
+            env["LD_LIBRARY_PATH"] = original
+        else:
+            del env["LD_LIBRARY_PATH"]
+    return env
+
+
 def launcher_environment(existing_pythonpath: str | None) -> dict[str, str]:
     """What a child started with `launcher_command()` needs in its environment: from a source
     checkout that is not pip-installed, the checkout on PYTHONPATH before `existing_pythonpath`, so

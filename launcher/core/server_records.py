@@ -76,7 +76,9 @@ def preferred_server(servers: list[ServerRecord], port: int) -> ServerRecord | N
     `launcher serve` use), else the newest. A server `launcher launch` started for one run is newer
     but goes away with that run."""
     on_port = [s for s in servers if s.url.rsplit(":", 1)[-1] == str(port)]
-    return (on_port or servers or [None])[0]
+    if on_port:
+        return on_port[0]
+    return servers[0] if servers else None
 
 
 def running_servers() -> list[ServerRecord]:

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.core.child_process import own_process_group
+from launcher.core.child_process import outside_environment, own_process_group
 from launcher.integrations.agents import AGENTS
 from launcher.integrations.agents.base import Agent
 
@@ -116,7 +116,7 @@ def program_version(path: Path, *, path_env: str, timeout: float = VERSION_TIMEO
     The child gets the search PATH too: an npm program is a `#!/usr/bin/env node` script, and
     `node` sits in the same folders the app's own minimal PATH may lack.
     """
-    env = {**os.environ, "PATH": path_env, "NO_COLOR": "1", "CI": "1"}
+    env = {**outside_environment(), "PATH": path_env, "NO_COLOR": "1", "CI": "1"}
     # Its own process group, so that a timeout also ends what it started (a shell script's children).
     try:
         process = subprocess.Popen(

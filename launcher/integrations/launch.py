@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,26 +29,31 @@ from pathlib import Path
 from typing import IO, Any
 
 from launcher.core import paths
-from launcher.core.child_process import launcher_command, launcher_environment, own_process_group, parent_environment
+from launcher.core.child_process import (
+    launcher_command,
+    launcher_environment,
+    outside_environment,
+    own_process_group,
+    parent_environment,
+)
 from launcher.core.errors import ConfigError, ServerError
 from launcher.core.server_records import ServerRecord, running_servers
 from launcher.integrations.agents.base import Agent
 from launcher.integrations.endpoint import Endpoint, discover_endpoint
+from launcher.integrations.installed import find_program, search_path
 
 READY_PREFIX = "LAUNCHER_READY "
 ERROR_PREFIX = "LAUNCHER_ERROR "
 STOP_GRACE_S = 20.0  # a server unloads its models and frees the engine on SIGTERM
+AGENT_STOP_GRACE_S = 5.0
 KEPT_LOGS = 10
 _DETACHED: list[subprocess.Popen[bytes]] = []  # kept referenced: a Popen dropped while its process runs warns
 _LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ [A-Z]+ [\w.]+: ")  # a log record's time, level and logger
 
 
-def find_server(model: str | None) -> ServerRecord | None:
-    """The newest running server that answers `model` (any server when None)."""
-    for record in running_servers():
-        if model is None or record.serves(model):
-            return record
-    return None
+def find_server(model: str) -> ServerRecord | None:
+    """The newest running server whose run file names `model`."""
+    return next((record for record in running_servers() if record.serves(model)), None)
 
 
 @dataclass
@@ -76,9 +80,16 @@ class StartedServer:
         self.process.terminate()
         try:
             self.process.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):  # too slow, or the user would not wait
             self.process.kill()
             self.process.wait()
+
+    def exit_note(self) -> str | None:
+        """Why the user should know the server is gone, when it exited on its own (say, while the agent ran)."""
+        code = self.process.poll()
+        if code is None:
+            return None
+        return f"the server exited with code {code} while the agent ran (log: {self.log_path})"
 
 
 def server_log_path() -> Path:
@@ -176,48 +187,70 @@ def preload(record: ServerRecord, model: str, api_key: str | None) -> None:
         )
 
 
-def find_command(agent: Agent) -> str:
-    """The agent's program on this machine, or a ConfigError saying how to install it."""
+@dataclass(frozen=True)
+class AgentCommand:
+    """The agent's program, and the PATH it runs with (the one it was found on)."""
+
+    program: str
+    path_env: str
+
+
+def find_command(agent: Agent) -> AgentCommand:
+    """The agent's program on this machine, or a ConfigError saying how to install it.
+
+    Searched as the Agents page searches (`installed.search_path`: PATH and the npm, nvm, Volta and
+    pipx folders a desktop-started terminal may lack), and run with that PATH: an npm program is a
+    `#!/usr/bin/env node` script whose `node` sits in the same folders.
+    """
     if agent.binary is None or agent.run_config is None:
         raise ConfigError(f"{agent.name} has no command-line program to launch; use `launcher connect {agent.id}`")
-    found = shutil.which(agent.binary)
+    path_env = search_path()
+    found = find_program(agent.binary, path_env)
     if found is None:
         how = f": {agent.install.command}" if agent.install else ""
         raise ConfigError(f"{agent.name} is not installed (no `{agent.binary}` on PATH){how}")
-    return found
+    return AgentCommand(str(found), path_env)
 
 
-def run_agent(agent: Agent, command: str, endpoint: Endpoint, user_args: Sequence[str]) -> int:
+def run_agent(agent: Agent, command: AgentCommand, endpoint: Endpoint, user_args: Sequence[str]) -> int:
     """Run the agent in the foreground for this run only; returns its exit code (128+N for signal N)."""
-    with tempfile.TemporaryDirectory(prefix=f"launcher-{agent.id}-") as folder:
+    # A lingering child of the agent may still hold a file of the run folder (Windows refuses to delete
+    # it): that must not turn the agent's exit code into a traceback.
+    with tempfile.TemporaryDirectory(prefix=f"launcher-{agent.id}-", ignore_cleanup_errors=True) as folder:
         run_dir = Path(folder)
         config = agent.run_config_for(endpoint, run_dir)
         for path, text in config.files.items():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
-        env = {**os.environ, **config.env}
+        env = {name: value for name, value in outside_environment().items() if name not in config.unset}
+        env |= {"PATH": command.path_env, **config.env}
         # Ctrl-C reaches the agent (it is in the terminal's foreground group) and means what the agent
         # makes of it (many cancel the current turn): we must not die of it meanwhile. A handler, not
         # SIG_IGN: an ignored signal would stay ignored in the agent, a handler is reset by exec.
         previous = signal.signal(signal.SIGINT, _ignore)
         try:
-            process = subprocess.Popen([command, *config.args, *user_args], env=env)
-            code = _wait(process)
+            process = subprocess.Popen([command.program, *config.args, *user_args], env=env)
+            try:
+                code = process.wait()
+            except BaseException:  # launch itself is ending (SIGTERM, SIGHUP): the agent goes with it
+                _end(process)
+                raise
         finally:
             signal.signal(signal.SIGINT, previous)
     return 128 - code if code < 0 else code
 
 
+def _end(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(AGENT_STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def _ignore(signum: int, frame: object) -> None:
     """SIGINT while the agent runs: the agent's to handle."""
-
-
-def _wait(process: subprocess.Popen[Any]) -> int:
-    while True:
-        try:
-            return process.wait()
-        except KeyboardInterrupt:  # only where the handler could not be set (not the main thread)
-            continue
 
 
 def say(message: str, stream: IO[str] | None = None) -> None:

@@ -37,7 +37,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.core.child_process import WINDOWS_NEW_PROCESS_GROUP, launcher_command, launcher_environment
+from launcher.core.child_process import (
+    WINDOWS_NEW_PROCESS_GROUP,
+    launcher_command,
+    launcher_environment,
+    outside_environment,
+)
 from launcher.core.errors import LauncherError
 
 Which = Callable[[str], str | None]
@@ -191,10 +196,13 @@ def terminal_command(
 def start_detached(command: TerminalCommand) -> None:
     """Start the terminal, not tied to this process: it may outlive the app."""
     if isinstance(command.args, str):
-        process = subprocess.Popen(command.args, creationflags=command.creationflags, close_fds=True)
+        process = subprocess.Popen(
+            command.args, creationflags=command.creationflags, close_fds=True, env=outside_environment()
+        )
     else:
         process = subprocess.Popen(
             command.args,
+            env=outside_environment(),  # a terminal program, not ours: the system's libraries
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -36,12 +36,16 @@ pytestmark = pytest.mark.slow
 AGENT_PROGRAM = """\
 #!{python}
 import json, os, signal, sys, urllib.request
+if "--report-run-dir" in sys.argv:
+    print("RUN_DIR", os.getpid(), os.path.dirname(os.environ["ECHO_AGENT_FILE"]), flush=True)
 if "--wait-for-sigint" in sys.argv:
     signal.signal(signal.SIGINT, lambda *_: (print("agent got SIGINT", flush=True), sys.exit(0)))
     print("agent waiting", flush=True)
     signal.pause()
 base = os.environ["ECHO_AGENT_BASE_URL"]
-with urllib.request.urlopen(base + "/models", timeout=30) as reply:
+auth = {{"Authorization": "Bearer " + os.environ["ECHO_AGENT_KEY"]}}
+request = urllib.request.Request(base + "/models", headers=auth)
+with urllib.request.urlopen(request, timeout=30) as reply:
     models = [entry["id"] for entry in json.load(reply)["data"]]
 servers = sorted(os.listdir(os.environ["ECHO_AGENT_SERVERS_DIR"]))
 report = {{
@@ -53,6 +57,7 @@ report = {{
     "run_dir": os.path.dirname(os.environ["ECHO_AGENT_FILE"]),
     "served": models,
     "server_pids": [int(name.split(".")[0]) for name in servers if name.endswith(".json")],
+    "secret_seen": "ECHO_AGENT_SECRET" in os.environ,
 }}
 print("REPORT " + json.dumps(report), flush=True)
 sys.exit(int(os.environ.get("ECHO_AGENT_EXIT", "0")))
@@ -68,9 +73,11 @@ def _echo_run_config(endpoint: Endpoint, run_dir: Path) -> RunConfig:
             "ECHO_AGENT_CONTEXT": str(endpoint.context_length),
             "ECHO_AGENT_FILE": str(settings),
             "ECHO_AGENT_SERVERS_DIR": str(servers_dir()),
+            "ECHO_AGENT_KEY": endpoint.key_or_placeholder,
         },
         args=("--from-launch",),
         files={settings: json.dumps({"model": endpoint.model_id})},
+        unset=("ECHO_AGENT_SECRET",),
     )
 
 
@@ -127,6 +134,7 @@ def test_launch_starts_a_server_runs_the_agent_with_its_arguments_and_stops_the_
     echo_agent: Path, tiny_gguf: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ECHO_AGENT_EXIT", "7")
+    monkeypatch.setenv("ECHO_AGENT_SECRET", "not for this agent")
     code = main(["launch", "echo-agent", str(tiny_gguf), "--", "-p", "a prompt with spaces", "--url", "x"])
     out, err = capfd.readouterr()
     report = _report(out)
@@ -136,6 +144,7 @@ def test_launch_starts_a_server_runs_the_agent_with_its_arguments_and_stops_the_
     assert report["served"] and report["model"] in report["served"]
     assert report["context"] != "None"
     assert json.loads(str(report["run_file"])) == {"model": report["model"]}
+    assert report["secret_seen"] is False  # the run config's `unset`
     assert not Path(str(report["run_dir"])).exists()  # the run-only folder is removed
     (pid,) = report["server_pids"]
     assert _gone(pid), "the server launch started is still running"
@@ -161,6 +170,64 @@ def test_a_running_server_is_used_and_left_running(
     finally:
         server.stop()
     assert not record.path.exists()  # the server removed its run file on SIGTERM
+
+
+def test_a_running_server_without_the_key_is_refused_and_with_it_used(
+    echo_agent: Path, tiny_gguf: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LAUNCHER_API_KEY", raising=False)
+    server = launch_serve([str(tiny_gguf), "--port", "0", "--api-key", "sk-test"], Path(os.environ["LAUNCHER_HOME"]))
+    try:
+        assert main(["launch", "echo-agent"]) != 0
+        assert "needs an API key" in capfd.readouterr().err
+        key_file = Path(os.environ["LAUNCHER_HOME"]) / "key"
+        key_file.write_text("sk-test\n")
+        assert main(["launch", "echo-agent", "--api-key-file", str(key_file)]) == 0
+        assert _report(capfd.readouterr().out)["base_url"] == f"{server.url}/v1"
+    finally:
+        server.stop()
+
+
+def test_a_running_server_loads_the_named_model_instead_of_a_second_server_starting(
+    echo_agent: Path, tiny_gguf: Path, starter_gguf: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    home = Path(os.environ["LAUNCHER_HOME"])
+    assert main(["models", "add", str(starter_gguf), "--name", "starter-copy"]) == 0
+    server = launch_serve([str(tiny_gguf), "--port", "0"], home)
+    try:
+        code = main(["launch", "echo-agent", "starter-copy"])
+        out, err = capfd.readouterr()
+        assert code == 0, err
+        report = _report(out)
+        assert report["model"] == "starter-copy" and report["server_pids"] == [server.process.pid]
+        assert report["context"] == "32768"  # loaded first, so the agent gets the real window
+    finally:
+        server.stop()
+
+
+def test_sigterm_to_launch_stops_its_server_and_removes_the_run_folder(echo_agent: Path, tiny_gguf: Path) -> None:
+    process = subprocess.Popen(
+        _launch_argv(["launch", "echo-agent", str(tiny_gguf), "--", "--report-run-dir", "--wait-for-sigint"]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ.copy(),
+    )
+    try:
+        assert process.stdout is not None
+        _, agent_pid, folder = process.stdout.readline().strip().split(" ", 2)
+        run_dir = Path(folder)
+        assert run_dir.is_dir()
+        (record,) = running_servers()
+        process.terminate()  # launch only: the agent is not told (a closed window would tell it too)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 128 + signal.SIGTERM, err
+    assert not run_dir.exists()
+    assert _gone(record.pid), "the server outlived launch"
+    assert _gone(int(agent_pid)), "the agent outlived launch"
 
 
 def test_keep_server_leaves_the_started_server_running(echo_agent: Path, tiny_gguf: Path) -> None:

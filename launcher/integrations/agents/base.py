@@ -14,7 +14,8 @@ from launcher.integrations.setup import AgentSetup, WireApi
 class RunConfig:
     """How to point one run of an agent at an endpoint without touching the agent's own config files.
 
-    `env` is added to the user's environment for the agent's process only; `args` go before the
+    `env` is added to the user's environment for the agent's process only (`unset` names variables
+    taken out of it); `args` go before the
     user's own arguments; `files` are run-only files (paths inside the run folder `launcher launch`
     creates, and removes when the agent exits) with their text, for agents whose settings cannot
     be given on the command line or in the environment.
@@ -23,6 +24,7 @@ class RunConfig:
     env: dict[str, str]
     args: tuple[str, ...] = ()
     files: dict[Path, str] = field(default_factory=dict)
+    unset: tuple[str, ...] = ()  # variables of the user's environment the agent must not see for this run
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,9 @@ def run_config(endpoint: Endpoint, run_dir: Path) -> RunConfig:
         env=env,
         args=("--settings", str(settings)),
         files={settings: json.dumps({"env": env}, indent=2) + "\n"},
+        # A key for Anthropic's API in the user's shell would make Claude Code ask which to use, or send
+        # it to this server: the run uses the server's token only.
+        unset=("ANTHROPIC_API_KEY",),
     )
 
 
