@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.core import paths
 from launcher.core.child_process import (
     WINDOWS_NEW_PROCESS_GROUP,
     launcher_command,
@@ -233,10 +234,37 @@ def open_in_terminal(
     return command
 
 
-def open_launch(agent_id: str, folder: str | os.PathLike[str]) -> TerminalCommand:
-    """Open a new terminal window running `launcher launch AGENT_ID` in the project `folder`."""
-    argv, env = launch_invocation("launch", agent_id)
+def open_launch(
+    agent_id: str, folder: str | os.PathLike[str], *, url: str | None = None, api_key: str | None = None
+) -> TerminalCommand:
+    """Open a new terminal window running `launcher launch AGENT_ID` in the project `folder`.
+
+    `url` and `api_key`: the server the app shows. The key cannot travel in the command line (any
+    user's `ps` shows it, and Terminal.app types it into the window and the shell's history) nor in
+    the environment (Terminal.app does not pass ours on): it goes in a file only this user can read.
+    """
+    arguments = ["launch", agent_id]
+    if url:
+        arguments += ["--url", url]
+    if api_key:
+        arguments += ["--api-key-file", str(write_private(paths.state_dir() / LAUNCH_KEY_FILE, api_key + "\n"))]
+    argv, env = launch_invocation(*arguments)
     return open_in_terminal(argv, env=env, cwd=folder)
+
+
+LAUNCH_KEY_FILE = "launch-api-key"
+
+
+def write_private(path: Path, text: str) -> Path:
+    """Write `text` to `path`, readable by this user only from the first instant (a temp file made 0600,
+    then renamed over the old one); returns `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        file.write(text)
+    os.replace(temporary, path)
+    return path
 
 
 __all__ = [

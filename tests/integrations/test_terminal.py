@@ -299,3 +299,24 @@ def test_open_launch_runs_launch_in_the_folder(tmp_path: Path, monkeypatch: pyte
     assert started == [command] and isinstance(command.args, list)
     assert command.args[:6] == [str(bin_dir / "xterm"), "-e", "sh", "-c", terminal._KEEP_OPEN_IN, "sh"]
     assert command.args[6] == str(tmp_path) and command.args[-2:] == ["launch", "aider"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a fake Linux terminal")
+def test_the_apps_server_key_goes_to_launch_in_a_private_file_not_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "xterm").write_text("#!/bin/sh\n")
+    (bin_dir / "xterm").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    started: list[terminal.TerminalCommand] = []
+    monkeypatch.setattr(terminal, "start_detached", started.append)
+    command = open_launch("aider", tmp_path, url="http://127.0.0.1:9/v1", api_key="sk-secret")
+    assert isinstance(command.args, list)
+    assert "sk-secret" not in " ".join(command.args)
+    arguments = command.args[command.args.index("launch") :]
+    key_file = Path(arguments[arguments.index("--api-key-file") + 1])
+    assert arguments[:4] == ["launch", "aider", "--url", "http://127.0.0.1:9/v1"]
+    assert key_file.read_text() == "sk-secret\n"
+    assert key_file.stat().st_mode & 0o777 == 0o600

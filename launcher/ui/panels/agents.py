@@ -377,7 +377,13 @@ class AgentsPanel(QWidget):
         # Remembered even when no terminal opens: it is the user's choice, and the next try starts there.
         self.settings.last_project_dir = str(folder)
         try:
-            command = _terminal_api().open_launch(agent_id, folder)
+            server = self.endpoint  # the app's own server, when it runs: launch uses it, with its key
+            command = _terminal_api().open_launch(
+                agent_id,
+                folder,
+                url=server.base_url if server else None,
+                api_key=server.api_key if server else None,
+            )
         except LauncherError as err:
             self._show_launch_status(str(err), theme.BAD)
             return
