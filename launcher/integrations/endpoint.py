@@ -26,6 +26,11 @@ DEFAULT_BASE_URL = f"http://127.0.0.1:{DEFAULT_PORT}/v1"
 # A placeholder token for agents that refuse to start without one, when the server needs no key.
 NO_KEY_PLACEHOLDER = "launcher-local"
 
+RUN_KEY_ENV = "LAUNCHER_AGENT_API_KEY"
+"""The variable an agent's run-only config (or its own settings' env block) names for the server's key.
+Never LAUNCHER_API_KEY: `launcher serve` reads that one, so a placeholder in it would lock out a server
+the agent's shell tool starts, and a user's own value would be overridden in the agent's whole tree."""
+
 
 @dataclass(frozen=True)
 class Endpoint:

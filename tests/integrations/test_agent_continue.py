@@ -61,7 +61,7 @@ def test_the_key_travels_in_the_environment_not_in_the_file(tmp_path: Path) -> N
     ((_, text),) = run.files.items()
     assert "sk-local-123" not in text
     (entry,) = yaml.safe_load(text)["models"]
-    assert entry["apiKey"] == "${{ secrets.LAUNCHER_CONTINUE_API_KEY }}"  # cn looks in its environment first
+    assert entry["apiKey"] == "${{ secrets.LAUNCHER_AGENT_API_KEY }}"  # cn looks in its environment first
     assert run.env == {continue_dev.RUN_KEY_VARIABLE: "sk-local-123"}
 
 

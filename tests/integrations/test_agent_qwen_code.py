@@ -18,7 +18,7 @@ EXPECTED_MODEL = {
     "id": "qwen3-coder-30b",
     "name": "qwen3-coder-30b (launcher)",
     "baseUrl": "http://127.0.0.1:8420/v1",
-    "envKey": "LAUNCHER_API_KEY",
+    "envKey": "LAUNCHER_AGENT_API_KEY",
     "generationConfig": {
         "timeout": 1_800_000,
         "streamIdleTimeoutMs": 1_800_000,
@@ -59,16 +59,16 @@ def test_build_env_key_command_and_warnings() -> None:
     assert setup.agent_id == "qwen-code" and setup.wire_api == "openai-chat"
     assert setup.command == "qwen"
     assert setup.env == {
-        "LAUNCHER_API_KEY": "sk-local-123",
+        "LAUNCHER_AGENT_API_KEY": "sk-local-123",
         "QWEN_STREAM_MAX_LIFETIME_MS": "1800000",
         "QWEN_USAGE_STATISTICS_ENABLED": "0",
     }
     assert [(f.label, f.secret) for f in setup.fields] == [
         ("baseUrl", False),
         ("model", False),
-        ("LAUNCHER_API_KEY", True),
+        ("LAUNCHER_AGENT_API_KEY", True),
     ]
-    assert qwen_code.build(LOCAL).env["LAUNCHER_API_KEY"] == NO_KEY_PLACEHOLDER  # an unset envKey is refused
+    assert qwen_code.build(LOCAL).env["LAUNCHER_AGENT_API_KEY"] == NO_KEY_PLACEHOLDER  # an unset envKey is refused
     small = Endpoint("http://127.0.0.1:8420/v1", None, "tiny", 8192)
     assert any("--context 32768" in w for w in qwen_code.build(small).warnings)
     assert not any("--context" in w for w in setup.warnings)
@@ -100,7 +100,7 @@ def test_written_settings_keep_the_users_own_and_carry_the_env(tmp_path: Path) -
     assert written["fastModel"] == "qwen3-0.6b"
     assert written["env"] == {
         "OPENAI_API_KEY": "sk-theirs",
-        "LAUNCHER_API_KEY": "sk-local-123",
+        "LAUNCHER_AGENT_API_KEY": "sk-local-123",
         "QWEN_STREAM_MAX_LIFETIME_MS": "1800000",
         "QWEN_USAGE_STATISTICS_ENABLED": "0",
     }
@@ -122,7 +122,7 @@ def test_run_config_is_a_run_only_system_settings_file(tmp_path: Path) -> None:
     assert list(run.files) == [path]
     assert run.args == ()
     assert run.env == {
-        "LAUNCHER_API_KEY": "sk-local-123",
+        "LAUNCHER_AGENT_API_KEY": "sk-local-123",
         "QWEN_STREAM_MAX_LIFETIME_MS": "1800000",
         "QWEN_USAGE_STATISTICS_ENABLED": "0",
         "QWEN_CODE_SYSTEM_SETTINGS_PATH": str(path),
@@ -137,5 +137,5 @@ def test_agent_declares_its_command_and_package() -> None:
     agent = qwen_code.AGENT
     assert (agent.id, agent.binary, agent.wire_api, agent.needs_tools) == ("qwen-code", "qwen", "openai-chat", True)
     assert agent.install is not None and agent.install.command == "npm install -g @qwen-code/qwen-code"
-    assert agent.run_config_for(LOCAL, Path("/run")).env["LAUNCHER_API_KEY"] == NO_KEY_PLACEHOLDER
+    assert agent.run_config_for(LOCAL, Path("/run")).env["LAUNCHER_AGENT_API_KEY"] == NO_KEY_PLACEHOLDER
     assert agent.setup_for(LOCAL).config_edits[0].relative_path == agent.config_file

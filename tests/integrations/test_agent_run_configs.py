@@ -18,7 +18,7 @@ import pytest
 from launcher.integrations import get_agent
 from launcher.integrations.agents import AGENTS, codex
 from launcher.integrations.agents.base import RunConfig
-from launcher.integrations.endpoint import NO_KEY_PLACEHOLDER, Endpoint
+from launcher.integrations.endpoint import NO_KEY_PLACEHOLDER, RUN_KEY_ENV, Endpoint
 from launcher.integrations.setup import output_tokens_for
 
 LOCAL = Endpoint("http://127.0.0.1:8420/v1", None, "qwen3-coder-30b", 65536)
@@ -114,17 +114,17 @@ def test_codex_overrides_parse_as_toml_and_carry_the_server(tmp_path: Path) -> N
         "model_providers.launcher.name": "Launcher (local)",
         "model_providers.launcher.base_url": "http://127.0.0.1:8420/v1",
         "model_providers.launcher.wire_api": "responses",
-        "model_providers.launcher.env_key": codex.KEY_ENV,
+        "model_providers.launcher.env_key": RUN_KEY_ENV,
         "model_context_window": 65536,
     }
-    assert config.env == {codex.KEY_ENV: "sk-local-123"}
+    assert config.env == {RUN_KEY_ENV: "sk-local-123"}
     assert set(config.files) == {catalog}
 
 
 def test_codex_without_a_key_names_the_variable_anyway_and_fills_it_with_the_placeholder(tmp_path: Path) -> None:
     config = run_config("codex", LOCAL, tmp_path)
-    assert codex_overrides(config)["model_providers.launcher.env_key"] == codex.KEY_ENV
-    assert config.env == {codex.KEY_ENV: NO_KEY_PLACEHOLDER}
+    assert codex_overrides(config)["model_providers.launcher.env_key"] == RUN_KEY_ENV
+    assert config.env == {RUN_KEY_ENV: NO_KEY_PLACEHOLDER}
 
 
 def test_codex_catalog_lists_the_model_with_the_servers_window_and_codexs_own_prompt(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 
 from launcher.core.paths import resources_dir
 from launcher.integrations.agents.base import Agent, Install, RunConfig
-from launcher.integrations.endpoint import Endpoint
+from launcher.integrations.endpoint import RUN_KEY_ENV, Endpoint
 from launcher.integrations.setup import AgentSetup, ConfigEdit, Field, context_warnings
 
 MIN_CONTEXT = 32_768  # Codex's own guidance for local models: at least 32k
@@ -101,7 +101,7 @@ def run_config(endpoint: Endpoint, run_dir: Path) -> RunConfig:
         "model_catalog_json": str(catalog_path),
         **{f"model_providers.{PROVIDER_ID}.{key}": value for key, value in provider_settings(endpoint).items()},
         # Always set: a provider of the same name in the user's config may name another variable.
-        f"model_providers.{PROVIDER_ID}.env_key": KEY_ENV,
+        f"model_providers.{PROVIDER_ID}.env_key": RUN_KEY_ENV,
     }
     if endpoint.context_length:
         overrides["model_context_window"] = endpoint.context_length
@@ -109,7 +109,7 @@ def run_config(endpoint: Endpoint, run_dir: Path) -> RunConfig:
     for key, value in overrides.items():
         args += ["-c", f"{key}={toml_value(value)}"]
     return RunConfig(
-        env={KEY_ENV: endpoint.key_or_placeholder},
+        env={RUN_KEY_ENV: endpoint.key_or_placeholder},
         args=tuple(args),
         files={catalog_path: json.dumps(model_catalog(endpoint), indent=2) + "\n"},
     )

@@ -23,7 +23,7 @@ from typing import Any
 
 from launcher.integrations.agents.base import Agent, Install, RunConfig
 from launcher.integrations.documents import render_document
-from launcher.integrations.endpoint import Endpoint
+from launcher.integrations.endpoint import RUN_KEY_ENV, Endpoint
 from launcher.integrations.setup import AgentSetup, ConfigEdit, Field, context_warnings, output_tokens_for
 
 MIN_CONTEXT = 16_384  # agent mode's system prompt and tool list, plus the open files
@@ -33,7 +33,7 @@ TOP_LEVEL = {"name": "Local config", "version": "1.0.0", "schema": "v1"}
 RUN_CONFIG_FILE = "continue-config.yaml"
 # The run-only config names the key as a secret, and `cn` finds secrets in its environment first,
 # so the key never lands in a file. A name of our own: LAUNCHER_API_KEY is what `launcher serve` reads.
-RUN_KEY_VARIABLE = "LAUNCHER_CONTINUE_API_KEY"
+RUN_KEY_VARIABLE = RUN_KEY_ENV
 RUN_KEY_SECRET = "${{ secrets." + RUN_KEY_VARIABLE + " }}"  # Continue's template syntax
 
 

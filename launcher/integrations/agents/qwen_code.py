@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from launcher.integrations.agents.base import Agent, Install, RunConfig
-from launcher.integrations.endpoint import Endpoint
+from launcher.integrations.endpoint import RUN_KEY_ENV, Endpoint
 from launcher.integrations.setup import AgentSetup, ConfigEdit, Field, context_warnings, output_tokens_for
 
 MIN_CONTEXT = 32_768  # a headless turn's system prompt + tool schemas alone are ~14-19k tokens
 PROVIDER_ID = "launcher"
-KEY_ENV = "LAUNCHER_API_KEY"
+KEY_ENV = RUN_KEY_ENV  # set by the settings file's own env block (or launch), not by the user's shell
 # A local model can take many minutes to prefill a long prompt or to write a long answer.
 REQUEST_TIMEOUT_MS = 1_800_000
 SETTINGS_VERSION = 4  # the settings format of Qwen Code 0.24; a file without `$version` is migrated and rewritten

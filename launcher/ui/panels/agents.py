@@ -1,4 +1,4 @@
-"""Connect an agent: for Claude Code, Codex CLI, OpenCode, Aider, Continue and Cline, the exact settings
+"""Connect an agent: for each agent the launcher knows (`integrations.AGENTS`), the exact settings
 for the running endpoint with copy buttons, a config-file writer (backup first) and a live "Test";
 whether the agent's program is installed (and its version), and a Launch button that asks for the
 project folder and opens `launcher launch AGENT` there in a new terminal window (an agent works on
