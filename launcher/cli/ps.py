@@ -66,11 +66,21 @@ def _table(listing: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Ask the server(s) and print the answers."""
-
     from launcher.core.config import API_KEY_ENV
+    from launcher.core.errors import ServerError
 
     key = args.api_key or os.environ.get(API_KEY_ENV)
-    urls = [args.url] if args.url else _running_urls(args.unload or args.load)
+    model = args.unload or args.load
+    urls = [args.url] if args.url else _running_urls(model)
+    if model is not None:  # the first server that can: the model may be loaded in any of them
+        failure: ServerError | None = None
+        for url in urls:
+            try:
+                return _ask(args, url.rstrip("/").removesuffix("/v1"), key)
+            except ServerError as err:
+                failure = failure or err
+        assert failure is not None
+        raise failure
     code = 0
     for index, url in enumerate(urls):
         if len(urls) > 1:
@@ -80,14 +90,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _running_urls(model: str | None) -> list[str]:
-    """The servers to ask: every one the run files name (for --load/--unload the one serving MODEL),
-    else the default port, where a server from before run files may still listen."""
+    """The servers to ask: every one the run files name (for --load/--unload, those naming MODEL
+    first), else the default port, where a server from before run files may still listen."""
     from launcher.core.config import DEFAULT_PORT
     from launcher.core.server_records import running_servers
 
     servers = running_servers()
     if model is not None:
-        servers = [s for s in servers if s.serves(model)][:1] or servers[:1]
+        servers.sort(key=lambda s: not s.serves(model))  # stable: newest first within each group
     return [s.url for s in servers] or [f"http://127.0.0.1:{DEFAULT_PORT}"]
 
 
