@@ -197,12 +197,14 @@ def _text(data: bytes | str | None) -> str:
     return data or ""
 
 
-def launch(cli: AgentCli, model: Path, agent_argv: list[str], *, home: Path, workdir: Path, timeout: float) -> AgentRun:
-    """`launcher launch AGENT MODEL -- ARGV` as a user with HOME=`home` and the agent on PATH runs it."""
+def launch(
+    cli: AgentCli, model: Path | None, agent_argv: list[str], *, home: Path, workdir: Path, timeout: float
+) -> AgentRun:
+    """`launcher launch AGENT [MODEL] -- ARGV` as a user with HOME=`home` and the agent on PATH runs it."""
     repo = Path(__file__).resolve().parents[2]
     path = f"{cli.executable.parent}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"
     env = clean_env(home, {"PATH": path, "PYTHONPATH": str(repo)})
-    argv = [sys.executable, "-m", "launcher", "launch", cli.id, str(model), "--", *agent_argv]
+    argv = [sys.executable, "-m", "launcher", "launch", cli.id, *([str(model)] if model else []), "--", *agent_argv]
     started = time.monotonic()
     try:
         result = subprocess.run(

@@ -20,7 +20,7 @@ import tomli_w
 
 from launcher.integrations.agents import get_agent
 from launcher.integrations.endpoint import Endpoint
-from tests.agents.clis import AgentCli, launch
+from tests.agents.clis import AgentCli, AgentRun, launch
 from tests.agents.conftest import AGENT_IDS, AGENT_TIMEOUT_S, GENERATION_PATHS, STARTER_SETTINGS, logged_requests, note
 from tests.agents.headless import HEADLESS
 
@@ -61,16 +61,28 @@ def _no_processes_of(home: Path, timeout: float = 30.0) -> list[str]:
 def test_launch_runs_a_plain_turn_on_the_starter_model(
     agent_id: str, agent_clis: dict[str, AgentCli], starter_gguf: Path, tmp_path: Path
 ) -> None:
+    plain_turn_through_launch(agent_clis[agent_id], starter_gguf, tmp_path)
+
+
+def test_launch_without_a_model_or_a_server_serves_the_default(agent_clis: dict[str, AgentCli], tmp_path: Path) -> None:
+    # Exactly what a new user types: `launcher launch AGENT -- ...`. The server's default is the starter,
+    # assembled from its package into this HOME's data folder. Continue's cn: the quickest turn of the seven.
+    run = plain_turn_through_launch(agent_clis["continue"], None, tmp_path)
+    assert "No model named and no server running" in run.stderr
+
+
+def plain_turn_through_launch(cli: AgentCli, model: Path | None, tmp_path: Path) -> AgentRun:
+    """One `launcher launch` plain turn in a fresh HOME, checked; returns the run."""
+    agent_id = cli.id
     home, workdir = tmp_path / "home", tmp_path / "work"
     workdir.mkdir(parents=True)
     settings = home / ".config" / "launcher" / "settings.toml"
     settings.parent.mkdir(parents=True)
     settings.write_text(tomli_w.dumps({"serve": STARTER_SETTINGS}))
     before = _config_files(agent_id, home)
-    cli = agent_clis[agent_id]
     run = launch(
         cli,
-        starter_gguf,
+        model,
         HEADLESS[agent_id].argv(PROMPT, tools=False),
         home=home,
         workdir=workdir,
@@ -96,3 +108,4 @@ def test_launch_runs_a_plain_turn_on_the_starter_model(
         replies,
         run.output,
     )
+    return run
