@@ -22,9 +22,7 @@ import httpx
 
 from launcher.core.child_process import launcher_command
 from launcher.core.errors import ServerError
-
-READY_PREFIX = "LAUNCHER_READY "
-ERROR_PREFIX = "LAUNCHER_ERROR "
+from launcher.core.server_records import ERROR_PREFIX, READY_PREFIX
 
 
 @dataclass

@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     """Find or start the server, run the agent, stop what we started."""
     from launcher.integrations import launch
     from launcher.integrations.agents import get_agent
+    from launcher.integrations.endpoint import discover_endpoint
     from launcher.integrations.setup import context_warnings
 
     agent = get_agent(args.agent)
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
                 base_url, model = args.url, args.model
             else:
                 base_url, model, started = _server(args, api_key)
-            endpoint = launch.endpoint_for(base_url, api_key, model)
+            endpoint = discover_endpoint(base_url, api_key, model)  # id, context, small model
             context = f"{endpoint.context_length:,}-token context" if endpoint.context_length else "context unknown"
             launch.say(f"{agent.name} -> {endpoint.model_id} at {endpoint.base_url} ({context})")
             for warning in context_warnings(agent.name, agent.min_context, endpoint.context_length):

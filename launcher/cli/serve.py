@@ -159,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from launcher.core.errors import LauncherError
+    from launcher.core.server_records import ERROR_PREFIX
 
     try:
         from launcher.server.runner import serve
@@ -166,10 +167,10 @@ def run(args: argparse.Namespace) -> int:
         return serve(build_config(args))
     except LauncherError as err:
         line = json.dumps({"kind": type(err).__name__, "message": str(err)})
-        print(f"LAUNCHER_ERROR {line}", flush=True)
+        print(ERROR_PREFIX + line, flush=True)
         raise
     except Exception as err:  # still tell the app why, as a LAUNCHER_ERROR line
         line = json.dumps({"kind": type(err).__name__, "message": f"The server failed to start: {err}"})
-        print(f"LAUNCHER_ERROR {line}", flush=True)
+        print(ERROR_PREFIX + line, flush=True)
         print(f"error: the server failed to start: {err}", file=sys.stderr)
         return 1

@@ -21,6 +21,11 @@ import psutil
 
 from launcher.core import paths
 
+READY_PREFIX = "LAUNCHER_READY "
+"""How the one stdout line of a ready `launcher serve` starts; the JSON after it is also its run file."""
+ERROR_PREFIX = "LAUNCHER_ERROR "
+"""How its stdout line starts when it fails to start (JSON: kind, message)."""
+
 
 def servers_dir() -> Path:
     """Where the run files live."""

@@ -37,13 +37,11 @@ from launcher.core.child_process import (
     parent_environment,
 )
 from launcher.core.errors import ConfigError, ServerError
-from launcher.core.server_records import ServerRecord, running_servers
+from launcher.core.server_records import ERROR_PREFIX, READY_PREFIX, ServerRecord, running_servers
 from launcher.integrations.agents.base import Agent
-from launcher.integrations.endpoint import Endpoint, discover_endpoint
+from launcher.integrations.endpoint import Endpoint
 from launcher.integrations.installed import find_program, search_path
 
-READY_PREFIX = "LAUNCHER_READY "
-ERROR_PREFIX = "LAUNCHER_ERROR "
 STOP_GRACE_S = 20.0  # a server unloads its models and frees the engine on SIGTERM
 AGENT_STOP_GRACE_S = 5.0
 KEPT_LOGS = 10
@@ -165,11 +163,6 @@ def _wait_ready(
                 raise ServerError(f"the server exited with code {code} before it was ready (log: {log_path}): {stage}")
             progress(stage, time.monotonic() - began)
             time.sleep(0.5)
-
-
-def endpoint_for(base_url: str, api_key: str | None, model: str | None) -> Endpoint:
-    """What the server says about `model` (its default when None): id, context, small model."""
-    return discover_endpoint(base_url, api_key, model)
 
 
 def preload(record: ServerRecord, model: str, api_key: str | None) -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.core.config import CHILD_ENGINES, ServeConfig
 from launcher.core.errors import ConfigError, LauncherError, ServerError
-from launcher.core.server_records import record_server, remove_record
+from launcher.core.server_records import ERROR_PREFIX, READY_PREFIX, record_server, remove_record
 from launcher.server.library_models import LibraryModels, file_key, library_models
 from launcher.server.metrics import ServerMetrics
 from launcher.server.model_names import library_entry, server_names
@@ -324,7 +324,7 @@ def _serve(config: ServeConfig, child: ChildServer | None) -> int:
             return 1
         if state.startup_error is not None:
             error = state.startup_error
-            print("LAUNCHER_ERROR " + json.dumps({"kind": type(error).__name__, "message": str(error)}), flush=True)
+            print(ERROR_PREFIX + json.dumps({"kind": type(error).__name__, "message": str(error)}), flush=True)
             print(f"error: {error}", file=sys.stderr, flush=True)
             server.should_exit = True
             await serving
@@ -335,7 +335,7 @@ def _serve(config: ServeConfig, child: ChildServer | None) -> int:
             record.append(record_server(ready))
         except OSError as err:  # a read-only state folder costs the finding, not the server
             print(f"warning: could not write the run file ({err}); give --url to find this server", file=sys.stderr)
-        print("LAUNCHER_READY " + json.dumps(ready), flush=True)
+        print(READY_PREFIX + json.dumps(ready), flush=True)
         forgetting = asyncio.create_task(forget_when_stopping())
         count = len(pool.names.entries)
         served = state.startup or served_remote

@@ -23,9 +23,8 @@ from PySide6.QtCore import QCoreApplication, QObject, QProcess, QProcessEnvironm
 
 from launcher.core.child_process import launcher_command, launcher_environment, parent_environment
 from launcher.core.config import API_KEY_ENV, ServeConfig
+from launcher.core.server_records import ERROR_PREFIX, READY_PREFIX
 
-READY_PREFIX = "LAUNCHER_READY "
-ERROR_PREFIX = "LAUNCHER_ERROR "
 STOP_GRACE_MS = 5000
 LAST_LINES = 30
 
