@@ -119,3 +119,7 @@ class EngineUnavailableError(EngineError):
 
 class ServerError(LauncherError):
     """The server could not start."""
+
+
+class UpdateError(LauncherError):
+    """An update could not be checked for, downloaded, verified or installed; the running version is untouched."""
