@@ -84,4 +84,6 @@ def verify(public: str | None, signature: str | None, version: str, name: str, s
         raw = base64.b64decode(signature, validate=True)
         public_key(public).verify(raw, statement(version, name, size, sha256))
     except (binascii.Error, ValueError, InvalidSignature) as err:
-        raise UpdateError(f"The signature of {name} does not verify with this app's update key; it is refused.") from err
+        raise UpdateError(
+            f"The signature of {name} does not verify with this app's update key; it is refused."
+        ) from err
