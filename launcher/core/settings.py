@@ -41,6 +41,10 @@ class Settings(BaseModel):
     last_model: str | None = None
     last_project_dir: str | None = Field(None, description="the folder an agent was last launched in")
     allow_network: bool = False
+    check_for_updates: bool = Field(
+        True,
+        description="read the release feed at start and once a day (never offline; nothing downloads unasked)",
+    )
 
 
 def load(path: Path | None = None) -> Settings:
