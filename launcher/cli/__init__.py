@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from importlib import import_module
 from types import ModuleType
 
-from launcher import __version__
 from launcher.core.errors import LauncherError
+from launcher.updates.current import current_version
 
 
 def _module(name: str) -> ModuleType:
@@ -54,7 +54,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The argument parser. Only `command`'s module is imported (all of them when None), so
     `launcher gui` does not pay for the server's or the bench's imports before its window shows."""
     parser = argparse.ArgumentParser(prog="launcher", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"launcher {__version__}")
+    # The build's version when frozen (build_info.json), which the updater's check of a new build reads.
+    parser.add_argument("--version", action="version", version=f"launcher {current_version()}")
     parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default), ERROR")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in COMMANDS.items():
