@@ -90,8 +90,8 @@ def fetch_feed(url: str, *, timeout: float = 15.0) -> Feed:
         response = httpx.get(
             url, headers={"User-Agent": f"launcher/{current_version()}"}, timeout=timeout, follow_redirects=True
         )
-    except httpx.InvalidURL as err:
-        raise UpdateError(f"The update feed URL {url!r} is not a URL ({err}).") from err
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as err:
+        raise UpdateError(f"The update feed URL {url!r} is not an http(s) URL ({err}).") from err
     except httpx.HTTPError as err:
         raise UpdateError(f"Could not reach the update feed at {url} ({err or type(err).__name__}).") from err
     if response.status_code != 200:

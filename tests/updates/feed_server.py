@@ -37,6 +37,7 @@ import pytest
 
 from launcher.core import paths
 from launcher.updates import signing
+from launcher.updates.current import this_platform
 from launcher.updates.feed import FEED_FILE, FEED_FORMAT
 
 
@@ -72,6 +73,11 @@ class Request:
     def range(self) -> str | None:
         """The Range header, None when the whole file was asked for."""
         return next((value for name, value in self.headers.items() if name.lower() == "range"), None)
+
+
+def tarball(version: str, data: bytes) -> Served:
+    """The release file this machine's unpacked (tar.gz) installation updates from, named as scripts/build-app does."""
+    return Served(this_platform(), "tar.gz", f"launcher-{version}-{this_platform()}.tar.gz", data)
 
 
 def fake_build(
@@ -170,7 +176,10 @@ class FeedServer:
 
     def start(self) -> FeedServer:
         """Serve on a background thread."""
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="feed-server", daemon=True)
+        # A short poll: stopping waits for the serving loop to notice, once per test.
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="feed-server", daemon=True
+        )
         self._thread.start()
         return self
 
