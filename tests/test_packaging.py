@@ -289,3 +289,11 @@ def test_the_window_uses_the_packaged_icon(qapp) -> None:  # type: ignore[no-unt
 
     sizes = {size.width() for size in window_icon().availableSizes()}
     assert {16, 32, 256, 1024} <= sizes
+
+
+def test_the_package_and_the_build_say_the_same_version() -> None:
+    """A source run reports `launcher.__version__`, a frozen one the pyproject version build-app records:
+    an update check compares them with the feed, so they must be one number."""
+    import launcher
+
+    assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"] == launcher.__version__

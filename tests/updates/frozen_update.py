@@ -106,7 +106,7 @@ def bumped(version: str) -> str:
 
 def newer_release(folder: Path, version: str, into: Path) -> Path:
     """The app folder stamped `version`, as that release's tar.gz (the layout scripts/build-app gives)."""
-    stage = into / "stage" / "launcher"
+    stage = into / "stage" / f"launcher-{version}"
     shutil.copytree(folder, stage, symlinks=True)
     info_path = stage / BUILD_INFO
     info = json.loads(info_path.read_text())
@@ -114,7 +114,7 @@ def newer_release(folder: Path, version: str, into: Path) -> Path:
     info_path.write_text(json.dumps(info, indent=2) + "\n")
     tarball = into / f"launcher-{version}-{PLATFORM}.tar.gz"
     with tarfile.open(tarball, "w:gz", compresslevel=1) as archive:
-        archive.add(stage, arcname="launcher")
+        archive.add(stage, arcname=stage.name)
     shutil.rmtree(stage.parent)
     return tarball
 
@@ -190,12 +190,12 @@ def run(tarball: Path) -> None:
     if work.resolve().is_relative_to(ROOT):
         raise CheckFailed(f"the temporary folder {work} is inside the project")
     apps, home, release = work / "apps", work / "home", work / "release"
-    for folder in (apps, home, release):
-        folder.mkdir()
+    for made in (apps, home, release):
+        made.mkdir()
     try:
         with tarfile.open(tarball) as archive:
             archive.extractall(apps, filter="tar")
-        folder = apps / "launcher"
+        (folder,) = apps.iterdir()  # launcher-<version>: the folder a user unpacked, and keeps using
         old_version = json.loads((folder / BUILD_INFO).read_text())["version"]
         new_version = bumped(old_version)
         step(f"unpacked {tarball.name} into {folder}: version {old_version}; the release will be {new_version}")
@@ -299,7 +299,7 @@ def run(tarball: Path) -> None:
             os.kill(record["pid"], signal.SIGTERM)
             wait_for("the restarted server to stop", lambda: not processes_in(folder), 60)
 
-            leftovers = [p.name for p in apps.iterdir() if p.name != "launcher"]
+            leftovers = [p.name for p in apps.iterdir() if p != folder]
             if leftovers:
                 raise CheckFailed(f"the old copy is still there after the new version ran: {leftovers}")
             step("the old copy was removed once the new version had run; nothing left running")
