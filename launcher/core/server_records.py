@@ -2,7 +2,9 @@
 
 A server writes `<state dir>/servers/<pid>.json` once it is ready (the content of its
 `LAUNCHER_READY` line: URL, pid, models, whether a key is required) and removes it on the way
-out. `launcher launch`, `connect` and `ps` read these instead of assuming the default port. A
+out. The run file also says how to start the same server again (`executable`, `argv`, `cwd`), so
+an app update can stop the servers of the old version and start them again from the new one with
+the same settings. `launcher launch`, `connect` and `ps` read these instead of assuming the default port. A
 server killed without its chance to clean up leaves a stale file behind: a record whose process
 is gone is ignored and deleted by whoever reads it next.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +23,7 @@ from typing import Any
 import psutil
 
 from launcher.core import paths
+from launcher.core.child_process import launcher_command
 
 READY_PREFIX = "LAUNCHER_READY "
 """How the one stdout line of a ready `launcher serve` starts; the JSON after it is also its run file."""
@@ -44,6 +48,11 @@ class ServerRecord:
     api_key_required: bool
     started_at: float  # the process's start time, so a reused pid is not taken for the server
     path: Path
+    # How to start the same server again: `[executable, *argv]` run in `cwd` (see `restart_command`).
+    # None / () in a run file written before these were recorded.
+    executable: str | None = None
+    argv: tuple[str, ...] = ()
+    cwd: str | None = None
 
     @property
     def base_url(self) -> str:
@@ -55,12 +64,42 @@ class ServerRecord:
         return name in self.models or name == self.model
 
 
-def record_server(ready: dict[str, Any]) -> Path:
-    """Write this process's run file from its ready line's content; returns its path."""
+def restart_command(arguments: list[str] | None = None) -> list[str]:
+    """The command that starts this process again with the same arguments: `launcher_command()`
+    (`[python, "-m", "launcher"]` from source or pip, the app's own executable when frozen) and
+    `arguments` (default: this process's own, `sys.argv[1:]`).
+
+    In an AppImage the executable is the AppImage file (`$APPIMAGE`), not the program inside it:
+    that one lives in a mount that goes away with the process that mounted it, and an update
+    replaces the AppImage file."""
+    command = [*launcher_command(), *(sys.argv[1:] if arguments is None else arguments)]
+    appimage = os.environ.get("APPIMAGE", "").strip()
+    if paths.is_frozen() and appimage:
+        command[0] = appimage
+    return command
+
+
+def record_server(ready: dict[str, Any], *, arguments: list[str] | None = None) -> Path:
+    """Write this process's run file from its ready line's content; returns its path.
+
+    Beside the ready line's fields it records the pid and start time, and how to start the same
+    server again: `executable`, `argv` (what follows it: `["-m", "launcher", "serve", ...]` from
+    source, `["serve", ...]` from a frozen app; `arguments` are the command line's words after the
+    program, default this process's `sys.argv[1:]`) and the working folder `cwd` (a relative model
+    path or `--config` file is relative to it). The arguments may hold `--api-key`; the file is
+    created readable by its owner only (mkstemp), as the state folder's other files."""
     folder = servers_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{os.getpid()}.json"
-    data = {**ready, "pid": os.getpid(), "started_at": psutil.Process().create_time()}
+    command = restart_command(arguments)
+    data = {
+        **ready,
+        "pid": os.getpid(),
+        "started_at": psutil.Process().create_time(),
+        "executable": command[0],
+        "argv": command[1:],
+        "cwd": _working_folder(),
+    }
     # Written whole and renamed into place: a reader never sees half a record (nor the temp file,
     # which readers' `*.json` does not match).
     fd, temporary = tempfile.mkstemp(dir=folder, prefix=".", suffix=".tmp")
@@ -68,6 +107,13 @@ def record_server(ready: dict[str, Any]) -> Path:
         json.dump(data, file)
     os.replace(temporary, path)
     return path
+
+
+def _working_folder() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # the folder was deleted under us
+        return None
 
 
 def remove_record(path: Path) -> None:
@@ -114,6 +160,9 @@ def _read(path: Path) -> ServerRecord | None:
             api_key_required=bool(data.get("api_key_required")),
             started_at=float(data.get("started_at", 0.0)),
             path=path,
+            executable=str(data["executable"]) if data.get("executable") else None,
+            argv=tuple(str(word) for word in data.get("argv", [])),
+            cwd=str(data["cwd"]) if data.get("cwd") else None,
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None  # unreadable: treated as stale
