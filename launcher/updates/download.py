@@ -22,6 +22,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx2
+
 from launcher.catalog.progress import ProgressCallback, ProgressTracker
 from launcher.catalog.transfer import BackgroundHasher, stream_to_file
 from launcher.core import paths
@@ -161,7 +163,7 @@ def _fetch(item: _Item, folder: Path, tracker: ProgressTracker) -> Path:
             f"The update download was cancelled; the {format_bytes(_size(partial))} that arrived are kept, "
             "and the next download resumes there."
         ) from err
-    except OSError as err:
+    except OSError as err:  # the disk, or an HTTP status (huggingface_hub's HTTP errors are OSErrors)
         hasher.abort()
         if err.errno in _DISK_FULL:
             raise UpdateError(
@@ -200,12 +202,24 @@ def _stopped(item: _Item, partial: Path, err: Exception) -> UpdateError:
             f"The server sent more of {item.name} than the release lists ({format_bytes(have)} of "
             f"{format_bytes(item.size)}); the file was deleted and nothing was installed."
         )
-    # The transfer's own short-answer error speaks of pulls and partial files; say it plainly here.
-    reason = "the server ended the transfer early" if isinstance(err, LauncherError) else str(err) or type(err).__name__
+    if not have:
+        return UpdateError(f"The download of {item.name} did not start: {_reason(err)}. Try again later.")
     return UpdateError(
-        f"The download of {item.name} stopped at {format_bytes(have)} of {format_bytes(item.size)} ({reason}). "
-        "What arrived is kept; downloading again resumes there."
+        f"The download of {item.name} stopped at {format_bytes(have)} of {format_bytes(item.size)}: "
+        f"{_reason(err)}. What arrived is kept; downloading again resumes there."
     )
+
+
+def _reason(err: Exception) -> str:
+    """Why a transfer stopped, in words (the transfer's errors speak of pulls, Hub tokens and partial files)."""
+    if isinstance(err, LauncherError):  # the transfer's own check that the whole file came
+        return "the server ended the transfer early"
+    status = getattr(getattr(err, "response", None), "status_code", None)
+    if isinstance(status, int):
+        return f"the server answered HTTP {status}"
+    if isinstance(err, httpx2.TransportError):
+        return f"the connection failed ({err})"
+    return str(err) or type(err).__name__
 
 
 def _size(path: Path) -> int:

@@ -9,8 +9,9 @@
         assert server.requests_for("launcher-0.2.0-linux-x86_64.tar.gz")[-1].range == "bytes=100-"
 
 Files are served with Range support (206 and Content-Range for `bytes=N-`), like a release host.
-Faults a test can ask for: `truncate(path, after)` sends the full Content-Length but closes the
-connection after `after` bytes (a dropped transfer), `serve_instead(path, data)` sends other bytes
+Faults a test can ask for: `truncate(path, at)` announces the whole length but closes the
+connection when the file's byte `at` is reached (a dropped transfer; a download retries that by
+itself, so `times=DROPS_TO_FAIL` makes one download fail), `serve_instead(path, data)` sends other bytes
 than the feed signed (a corrupted transfer or a tampered mirror), `throttle(path, ...)` sends slowly
 (progress and cancel), `fail(path, status)` answers an HTTP error. Every request is logged
 (`requests`), so a test can show that a refused update fetched no byte, or that a retry resumed.
@@ -35,10 +36,14 @@ from typing import Any
 
 import pytest
 
+from launcher.catalog import transfer
 from launcher.core import paths
 from launcher.updates import signing
 from launcher.updates.current import this_platform
 from launcher.updates.feed import FEED_FILE, FEED_FORMAT
+
+DROPS_TO_FAIL = transfer._RETRIES + 1
+"""Dropped transfers in a row that make one download give up: its first try and each retry."""
 
 
 @dataclass(frozen=True)
@@ -144,7 +149,7 @@ def pack_entry(version: str, pack: ServedPack, *, key: str | None, url: str | No
 
 @dataclass
 class _Fault:
-    truncate_after: int | None = None
+    truncate_at: int | None = None
     truncate_times: int = 0
     status: int | None = None
     chunk: int = 0
@@ -237,11 +242,12 @@ class FeedServer:
 
     # -- faults ----------------------------------------------------------------------------------
 
-    def truncate(self, path: str, after: int, *, times: int = 1) -> None:
-        """The next `times` responses for `path` announce the whole length but close after `after` body bytes."""
+    def truncate(self, path: str, at: int, *, times: int = 1) -> None:
+        """The next `times` responses for `path` announce the whole length but close the connection
+        when the file's byte `at` is reached (a response that starts there sends no body at all)."""
         with self._lock:
             fault = self._faults.setdefault(path.lstrip("/"), _Fault())
-            fault.truncate_after, fault.truncate_times = after, times
+            fault.truncate_at, fault.truncate_times = at, times
 
     def serve_instead(self, path: str, data: bytes) -> None:
         """Serve other bytes at `path` than the feed says (it keeps its size, sha256 and signature)."""
@@ -271,7 +277,7 @@ class FeedServer:
             self.requests.append(Request(handler.command, path, dict(handler.headers.items())))
             data = self.files.get(path)
             fault = self._faults.get(path, _Fault())
-            cut = fault.truncate_after if fault.truncate_times > 0 and body else None
+            cut = fault.truncate_at if fault.truncate_times > 0 and body else None
             if cut is not None:
                 fault.truncate_times -= 1
         if fault.status is not None:
@@ -296,7 +302,7 @@ class FeedServer:
         handler.end_headers()
         if not body:
             return
-        payload = data[start:] if cut is None else data[start : start + cut]
+        payload = data[start:] if cut is None else data[start : max(cut, start)]
         step = fault.chunk or len(payload) or 1
         try:
             for offset in range(0, len(payload), step):

@@ -40,7 +40,8 @@ def test_a_feed_reads_with_its_files_and_packs_at_urls_beside_the_feed() -> None
     assert tarball is not None
     assert tarball.url == "https://releases.example/download/v0.2.0/launcher-0.2.0-linux-x86_64.tar.gz"
     assert (tarball.size, tarball.sha256) == (len(TARBALL.data), sha256(TARBALL.data))
-    assert feed.file_for("linux-x86_64", "appimage").url == "https://mirror.example/l.tar.gz"  # type: ignore[union-attr]
+    image = feed.file_for("linux-x86_64", "appimage")
+    assert image is not None and image.url == "https://mirror.example/l.tar.gz"  # an absolute URL is kept
     assert feed.file_for("windows-x64", "setup") is None
     assert feed.packs[0].url == "https://releases.example/download/v0.2.0/packs/cuda.tar.gz"
     assert feed.packs[0].model_dump()["backend"] == "cuda"  # the pack index's own fields travel along
