@@ -30,7 +30,7 @@ from packaging.version import Version
 
 from launcher.updates import signing
 from launcher.updates.feed import FEED_FILE
-from tests.updates.feed_server import FeedServer
+from tests.updates.feed_server import DROPS_TO_FAIL, FeedServer
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_INFO = Path("_internal/launcher/resources/build_info.json")
@@ -252,7 +252,7 @@ def run(tarball: Path) -> None:
 
             # A transfer that drops half-way: refused now, resumed by the next try.
             server.add(FEED_FILE, (release / FEED_FILE).read_bytes())
-            server.truncate(tar.name, len(data) // 2)
+            server.truncate(tar.name, len(data) // 2, times=DROPS_TO_FAIL)  # past the transfer's own retries
             refused(app, old_version, "a dropped transfer", "download")
 
             serving = subprocess.Popen(
