@@ -41,6 +41,7 @@ from launcher.ui.panels.models import ModelsPanel
 from launcher.ui.panels.server import ServerPanel
 from launcher.ui.panels.settings import SettingsPanel
 from launcher.ui.server_process import ServerEndpoint, ServerOutcome, ServerProcess
+from launcher.ui.updates import UpdateController, UpdateNote, status_text
 
 if TYPE_CHECKING:  # heavy (HTTP client, advisor, catalog): imported when first needed
     from launcher.ui.metrics import LiveSample
@@ -57,7 +58,13 @@ def _default_probe() -> Machine:
 
 
 class MainWindow(QMainWindow):
-    """The app window. `machine` skips the hardware probe (screenshots, tests with recorded machines)."""
+    """The app window. `machine` skips the hardware probe (screenshots, tests with recorded machines).
+
+    `check_updates`: look for a new release once the window shows, then daily (`launcher.ui.updates`;
+    off for screenshots, startup timing and most tests). `serve_on_start`: start the server with the
+    saved settings and the last model as soon as the model list is ready (`launcher gui --serve`, which
+    the app passes to its new version after an update when a server was running).
+    """
 
     machine_changed = Signal(object)  # Machine
     exposed = Signal()  # first time the window is shown on screen (startup timing)
@@ -73,6 +80,8 @@ class MainWindow(QMainWindow):
         probe: Callable[[], Machine] = _default_probe,
         save_settings: bool = True,
         home: Path | None = None,
+        check_updates: bool = False,
+        serve_on_start: bool = False,
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
@@ -85,6 +94,7 @@ class MainWindow(QMainWindow):
         self.poller: MetricsPoller | None = None
         self._exposed = False
         self._shut_down = False
+        self._serve_on_start = serve_on_start
         self.quit_on_close = True  # the tray turns this off while it can keep the server running
         self.setWindowTitle("Launcher")
         self.setWindowIcon(theme.app_icon())
@@ -111,6 +121,22 @@ class MainWindow(QMainWindow):
         self.chat_page = ChatPanel()
         self.settings_page = SettingsPanel(self.settings, persist=save_settings)
         self.settings_page.saved.connect(lambda _settings: self.models_page.refresh())
+        self.update_note = UpdateNote()
+        self.updates = UpdateController(
+            self.settings,
+            self.server,
+            self.update_note,
+            window=self,
+            current_page=self.current_page,
+            prepare_restart=self.shutdown,  # saves the settings the new version starts with
+            quit_app=self.close,
+        )
+        self.updates.status_changed.connect(self.settings_page.set_update_status)
+        # It reads the last check's record: off the UI thread, like everything of the updater.
+        workers.run_in_background(status_text, on_done=self._first_update_status)
+        self.settings_page.check_updates_requested.connect(self.updates.check_now)
+        if check_updates:
+            self.exposed.connect(self.updates.start)
 
         self.pages = QStackedWidget()
         self.nav = QListWidget()
@@ -142,12 +168,21 @@ class MainWindow(QMainWindow):
         side.addWidget(self.machine_summary)
         sidebar.setFixedWidth(self.fontMetrics().horizontalAdvance("M") * 15)
 
+        content = QWidget()
+        column = QVBoxLayout(content)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        note_box = QHBoxLayout()  # the update note, lined up with the pages' own margins
+        note_box.setContentsMargins(20, 12, 20, 0)
+        note_box.addWidget(self.update_note)
+        column.addLayout(note_box)
+        column.addWidget(self.pages, 1)
         central = QWidget()
         row = QHBoxLayout(central)
         row.setContentsMargins(0, 0, 0, 0)
         row.setSpacing(0)
         row.addWidget(sidebar)
-        row.addWidget(self.pages, 1)
+        row.addWidget(content, 1)
         self.setCentralWidget(central)
         self.status_label = QLabel("Server stopped")
         self.statusBar().addWidget(self.status_label, 1)
@@ -176,6 +211,15 @@ class MainWindow(QMainWindow):
     def show_page(self, key: str) -> None:
         """Switch to a page by key ("server", "machine", ...)."""
         self.nav.setCurrentRow(self._page_index[key])
+
+    def _first_update_status(self, text: str) -> None:
+        if not self.settings_page.update_status.text():  # a check that answered first says more
+            self.settings_page.set_update_status(text)
+
+    def current_page(self) -> str | None:
+        """The key of the page shown now."""
+        index = self.pages.currentIndex()
+        return next((key for key, i in self._page_index.items() if i == index), None)
 
     def shortcut_for_page(self, number: int) -> QShortcut:
         """The Ctrl+<number> shortcut that opens the number-th page."""
@@ -244,6 +288,19 @@ class MainWindow(QMainWindow):
         if row is not None and row.serve_spec is not None:
             self.served_row = row
             self.server_panel.set_model(row.serve_spec, row.title)
+        if self._serve_on_start:
+            self._serve_on_start = False
+            self._serve_saved(row, wanted)
+
+    def _serve_saved(self, row: ModelRow | None, wanted: str | None) -> None:
+        """`--serve`: start the server as it ran before, if its model is still here. The saved form is
+        the one it ran with: the form is locked while a server runs, and saved on quit."""
+        if row is None or row.serve_spec is None or (wanted is not None and row.key != wanted):
+            name = (wanted or "").partition(":")[2] or wanted  # "local:NAME", "catalog:ID"
+            missing = f"{name} is not in the library any more" if name else "there is no model to serve"
+            self.status_label.setText(f"The server was not started: {missing}.")
+            return
+        self.server_panel.start()
 
     def _decide(self, config: ServeConfig) -> ServeConfig:
         """The served row's plan for what the form leaves open, so the server runs what the list showed."""
@@ -377,6 +434,7 @@ class MainWindow(QMainWindow):
         self.models_page.shutdown()
         self.chat_page.shutdown()
         self.machine_page.gpu_pack.shutdown()
+        self.updates.shutdown()
         self.server.stop_and_wait()
         workers.pool().waitForDone(5000)
         self._persist()

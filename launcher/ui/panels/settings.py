@@ -1,13 +1,16 @@
-"""Settings: the models folder (a Hugging Face cache), the Hugging Face token and the theme.
+"""Settings: the models folder (a Hugging Face cache), the Hugging Face token, and the update check.
 
 Server defaults (engine, context, parallel, port, key) are the Server page's form, saved on quit.
-Everything lands in the one typed settings file (`launcher.core.settings`).
+Everything lands in the one typed settings file (`launcher.core.settings`). The update check's
+switch applies at once (the window's schedule reads it); "Check now" asks the window's
+`UpdateController`, which reports back through `set_update_status`.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
@@ -29,6 +32,7 @@ class SettingsPanel(QWidget):
     """Edits a Settings object and saves it on "Save"."""
 
     saved = Signal(object)  # Settings
+    check_updates_requested = Signal()
 
     def __init__(self, settings: Settings, parent: QWidget | None = None, *, persist: bool = True) -> None:
         super().__init__(parent)
@@ -69,7 +73,43 @@ class SettingsPanel(QWidget):
         row.addWidget(self.status, 1)
         card.body.addLayout(row)
         layout.addWidget(card)
+        layout.addWidget(self._updates_card())
         layout.addStretch(1)
+
+    def _updates_card(self) -> Card:
+        card = Card("Updates")
+        self.check_updates = QCheckBox("Check for updates at start and once a day")
+        self.check_updates.setChecked(self.settings.check_for_updates)
+        self.check_updates.toggled.connect(self._check_updates_toggled)
+        card.body.addWidget(self.check_updates)
+        card.body.addWidget(
+            muted(
+                "What is sent: only a GET of the release feed; nothing about you or your machine. "
+                "Never while offline (HF_HUB_OFFLINE), and nothing downloads until you say so."
+            )
+        )
+        self.check_now_button = QPushButton("Check now")
+        self.check_now_button.clicked.connect(self._check_now)
+        self.update_status = muted()
+        row = QHBoxLayout()
+        row.addWidget(self.check_now_button)
+        row.addWidget(self.update_status, 1)
+        card.body.addLayout(row)
+        return card
+
+    def _check_updates_toggled(self, on: bool) -> None:
+        # Applied at once, not on Save: the schedule reads it, and the window saves it on quit.
+        self.settings.check_for_updates = on
+
+    def _check_now(self) -> None:
+        self.check_now_button.setEnabled(False)  # until the answer comes back through set_update_status
+        self.update_status.setText("Checking…")
+        self.check_updates_requested.emit()
+
+    def set_update_status(self, text: str) -> None:
+        """The result of the last update check ("up to date", "failed (reason)", ...)."""
+        self.update_status.setText(text)
+        self.check_now_button.setEnabled(True)
 
     def _browse(self) -> None:
         folder = QFileDialog.getExistingDirectory(
@@ -82,6 +122,7 @@ class SettingsPanel(QWidget):
         """Apply the form to the settings and write the file."""
         self.settings.models_dir = self.models_dir.text().strip() or None
         self.settings.hf_token = self.hf_token.text().strip() or None
+        self.settings.check_for_updates = self.check_updates.isChecked()
         if self.persist:
             try:
                 path = settings_store.save(self.settings)
