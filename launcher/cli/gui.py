@@ -3,6 +3,10 @@
 Without a display (Linux with neither DISPLAY nor WAYLAND_DISPLAY, and Qt not told to render
 offscreen) it says so and exits with `NO_DISPLAY_EXIT_CODE`, so `scripts/launch` can fall back
 to headless serving instead of crashing inside Qt.
+
+`--serve` starts the server with the saved settings and the last served model once the model list
+is ready; the app passes it to its new version after an update, when a server was running, so the
+update does not leave the user's agents without their endpoint.
 """
 
 from __future__ import annotations
@@ -18,9 +22,16 @@ HEADLESS_PLATFORMS = ("offscreen", "minimal", "vnc", "eglfs", "linuxfb", "vkkhrd
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `launcher gui`."""
     parser.add_argument("--machine", metavar="NAME", help="use a recorded machine instead of probing this one")
-    parser.add_argument("--page", default=None, help="page to open: models, server, agents, chat, machine, logs")
+    parser.add_argument(
+        "--page", default=None, help="page to open: models, server, agents, chat, machine, logs, settings"
+    )
     parser.add_argument("--dark", action="store_true", default=None, help="force the dark theme")
     parser.add_argument("--light", dest="dark", action="store_false", help="force the light theme")
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="start the server with the saved settings and the last served model once the window is up",
+    )
     parser.add_argument(
         "--measure-startup",
         action="store_true",
@@ -55,4 +66,5 @@ def run(args: argparse.Namespace) -> int:
         page=args.page,
         dark=args.dark,
         measure_startup=args.measure_startup,
+        serve=args.serve,
     )

@@ -7,6 +7,7 @@ shown, then quits: that is the cold-start figure quoted in the README.
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 
@@ -23,6 +24,7 @@ from launcher.ui import theme, workers
 from launcher.ui.main_window import MainWindow
 
 STARTUP_MARKER = "LAUNCHER_WINDOW_SHOWN"
+log = logging.getLogger(__name__)
 
 
 def create_application() -> QApplication:
@@ -55,6 +57,25 @@ def window_icon() -> QIcon:
     return icon
 
 
+def finish_update_in_background() -> None:
+    """This version has started: remove what an update left beside it (the previous version's folder,
+    once nothing runs from it). Off the UI thread, since that folder may be large; a failure costs only
+    the disk space, so it is logged."""
+
+    def finish() -> list[object]:
+        from launcher.updates.install import finish_pending_update
+
+        return list(finish_pending_update())
+
+    def done(removed: list[object]) -> None:
+        for path in removed:
+            log.info("removed the previous version's files: %s", path)
+
+    workers.run_in_background(
+        finish, on_done=done, on_failed=lambda text: log.warning("could not finish the update: %s", text)
+    )
+
+
 def seconds_since_process_start() -> float:
     """Wall-clock seconds since the OS started this process."""
     return time.time() - psutil.Process().create_time()
@@ -66,8 +87,10 @@ def run_app(
     page: str | None = None,
     dark: bool | None = None,
     measure_startup: bool = False,
+    serve: bool = False,
 ) -> int:
-    """Open the window and run the event loop; returns the exit code."""
+    """Open the window and run the event loop; returns the exit code. `serve`: start the server with
+    the saved settings once the model list is ready (`launcher gui --serve`)."""
     app = create_application()
     theme.apply(app, dark=dark)
     try:
@@ -80,8 +103,17 @@ def run_app(
         from launcher.hardware.recorded import load_recorded
 
         machine = load_recorded(machine_name)  # ConfigError lists the known names
-    window = MainWindow(settings, machine=machine, save_settings=not measure_startup)
+    # The startup timing measures the window alone: no update check, no network.
+    window = MainWindow(
+        settings,
+        machine=machine,
+        save_settings=not measure_startup,
+        check_updates=not measure_startup,
+        serve_on_start=serve,
+    )
     window.setWindowIcon(app.windowIcon())  # the packaged icon files, over the window's drawn one
+    # Once the window is on screen, so the cleanup's imports and disk work do not delay it.
+    window.exposed.connect(finish_update_in_background)
     tray = None
     if QSystemTrayIcon.isSystemTrayAvailable() and not measure_startup:
         from launcher.ui.tray import Tray
