@@ -63,6 +63,8 @@ DUE_POLL_MS = 3600 * 1000
 """How often the open app asks whether the daily check is due."""
 PREVIEW_LINES = 4
 """Lines of the release notes the note shows before "What's new"."""
+FULL_NOTES_LINES = 12
+"""Lines "What's new" shows before the notes scroll."""
 
 NOTE_STYLE = f"""
 QFrame#UpdateNote {{ background: palette(base); border: 1px solid palette(mid);
@@ -212,7 +214,6 @@ class UpdateNote(QFrame):
         self.notes.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.full_notes = QPlainTextEdit()
         self.full_notes.setReadOnly(True)
-        self.full_notes.setMaximumHeight(self.fontMetrics().lineSpacing() * 12)
         self.full_notes.setVisible(False)
         self.notes_link = QLabel()
         self.notes_link.setOpenExternalLinks(True)
@@ -252,6 +253,9 @@ class UpdateNote(QFrame):
         self.notes.setText(shown)
         self.notes.setVisible(bool(shown))
         self.full_notes.setPlainText(feed.notes.strip())
+        # As tall as the notes, up to FULL_NOTES_LINES; longer notes scroll.
+        lines = min(len(feed.notes.strip().splitlines()), FULL_NOTES_LINES) + 1
+        self.full_notes.setFixedHeight(self.fontMetrics().lineSpacing() * lines + 2 * self.full_notes.frameWidth() + 8)
         self.more_button.setChecked(False)
         self.more_button.setVisible(more)
         if feed.notes_url:
