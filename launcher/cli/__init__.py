@@ -47,6 +47,7 @@ COMMANDS: dict[str, str] = {
     "handoff": "turn the plan into a vLLM or SGLang deployment for bigger machines",
     "remote": "add, list or remove OpenAI-compatible endpoints whose models the server serves as NAME/model",
     "cache": "list or clear the prompt cache on disk (prompt prefixes kept across server restarts)",
+    "update": "check for a new version of the app and install it",
 }
 
 
