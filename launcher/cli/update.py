@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from launcher.catalog.progress import TerminalBar
     from launcher.core.errors import UpdateError
     from launcher.core.units import format_bytes
+    from launcher.engines.llamacpp import gpu_pack_install  # noqa: F401  (install_packs runs after the swap)
     from launcher.updates import check, download, install, servers
 
     installation = check.detect_installation()

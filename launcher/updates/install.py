@@ -43,16 +43,17 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 import psutil
 
 from launcher.core import paths
 from launcher.core.child_process import PARENT_PID_ENV
 from launcher.core.errors import LauncherError, UpdateError
-from launcher.engines.llamacpp.gpu_pack_install import _unpack as unpack_pack
-from launcher.engines.llamacpp.gpu_packs import PackEntry, packs_dir
 from launcher.updates.current import Installation, current_version, detect_installation
-from launcher.updates.feed import PackFile
+
+if TYPE_CHECKING:
+    from launcher.updates.feed import PackFile
 
 SMOKE_TIMEOUT_S = 60.0
 """How long the new program may take to answer `--version` (a cold start of a frozen app on a slow disk)."""
@@ -115,7 +116,14 @@ def deb_message(package: Path) -> str:
 def install_packs(packs: Sequence[tuple[PackFile, Path]]) -> list[str]:
     """Put downloaded, verified GPU packs in place of the installed ones (after the app itself was
     installed: the old app does not load a pack built for the new engine); one line per pack. A pack
-    that cannot be put in place leaves the installed one and says so; the app runs without it."""
+    that cannot be put in place leaves the installed one and says so; the app runs without it.
+
+    The pack installer is imported here, not with this module, so `finish_pending_update` at every
+    start stays cheap; a caller that installs packs after the app's swap imports it before the swap."""
+    # The pack installer's own unpack step: it checks, unpacks and swaps a verified archive into place.
+    from launcher.engines.llamacpp.gpu_pack_install import _unpack as unpack_pack
+    from launcher.engines.llamacpp.gpu_packs import PackEntry, packs_dir
+
     lines = []
     for pack, archive in packs:
         try:
