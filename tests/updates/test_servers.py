@@ -189,3 +189,18 @@ def test_inside_follows_links_both_ways(tmp_path: Path) -> None:
     assert inside(real / "bin" / "x", tmp_path / "linked")
     assert inside(real, real)
     assert not inside(tmp_path / "realer" / "x", real)
+
+
+def test_the_command_recorded_starts_the_same_launcher_however_it_was_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from launcher.core.server_records import restart_command
+
+    words = ["serve", "m.gguf", "--port", "8080"]
+    assert restart_command(words) == [sys.executable, "-m", "launcher", *words]  # source, pip
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "launcher"))
+    monkeypatch.delenv("APPIMAGE", raising=False)
+    assert restart_command(words) == [str(tmp_path / "launcher"), *words]  # the tar.gz folder, the .app
+    monkeypatch.setenv("APPIMAGE", str(tmp_path / "Launcher.AppImage"))
+    assert restart_command(words) == [str(tmp_path / "Launcher.AppImage"), *words]  # not its passing mount
