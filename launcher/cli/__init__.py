@@ -21,6 +21,7 @@ from importlib import import_module
 from types import ModuleType
 
 from launcher.core.errors import LauncherError
+from launcher.core.paths import is_frozen
 from launcher.updates.current import current_version
 
 
@@ -132,6 +133,15 @@ def _reader_left() -> int:
     return READER_LEFT_EXIT_CODE
 
 
+def _finish_pending_update() -> None:
+    """Remove what a finished update left beside this installation (the previous version's folder),
+    on the first start of the new version, `--version` included (the updater's own check of it)."""
+    from launcher.updates.install import finish_pending_update
+
+    with contextlib.suppress(Exception):  # only disk space is at stake, never the command
+        finish_pending_update()
+
+
 def _dispatch(argv: Sequence[str] | None) -> int:
     """Run the command line's command; returns its exit code."""
     from launcher.core import logging as launcher_logging
@@ -141,6 +151,8 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         launcher_logging.setup("WARNING")
         return _run_internal(words[0], words[1:])
     command = _command_in(words)
+    if command != "gui" and is_frozen():  # the window does it itself, off its UI thread
+        _finish_pending_update()
     if command is None and not any(w in ("-h", "--help", "--version") for w in words):
         words, command = ["gui", *words], "gui"  # a double-click or a bare `launcher` opens the app
     words, passthrough = _split_passthrough(words, command)

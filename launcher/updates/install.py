@@ -121,7 +121,7 @@ def install_packs(packs: Sequence[tuple[PackFile, Path]]) -> list[str]:
     The pack installer is imported here, not with this module, so `finish_pending_update` at every
     start stays cheap; a caller that installs packs after the app's swap imports it before the swap."""
     # The pack installer's own unpack step: it checks, unpacks and swaps a verified archive into place.
-    from launcher.engines.llamacpp.gpu_pack_install import _unpack as unpack_pack
+    from launcher.engines.llamacpp.gpu_pack_install import unpack_pack
     from launcher.engines.llamacpp.gpu_packs import PackEntry, packs_dir
 
     lines = []

@@ -57,8 +57,18 @@ Name: "{autodesktop}\Launcher"; Filename: "{app}\launcher.exe"; Tasks: desktopic
 
 [Run]
 Filename: "{app}\launcher.exe"; Description: "{cm:LaunchProgram,Launcher}"; Flags: nowait postinstall skipifsilent
+; An update from inside the app (launcher/updates/install.py) runs this installer with /VERYSILENT and
+; /RESTARTAPP=1: start the new version once its files are in place. A silent install without it
+; (an administrator's script, winget) starts nothing.
+Filename: "{app}\launcher.exe"; Flags: nowait skipifnotsilent; Check: RestartRequested
 
 [UninstallRun]
 ; Stop a server the app left running in the tray before its files go.
 Filename: "{sys}\taskkill.exe"; Parameters: "/F /T /IM launcher.exe"; Flags: runhidden; RunOnceId: "StopLauncher"
 Filename: "{sys}\taskkill.exe"; Parameters: "/F /T /IM launcher-cli.exe"; Flags: runhidden; RunOnceId: "StopLauncherServer"
+
+[Code]
+function RestartRequested: Boolean;
+begin
+  Result := ExpandConstant('{param:RESTARTAPP|0}') = '1';
+end;

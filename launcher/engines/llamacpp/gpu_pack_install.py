@@ -70,13 +70,15 @@ def install_pack(
             f"{entry.sha256[:12]}…); nothing was installed. Try again."
         )
     tracker.finish_file()
-    installed = _unpack(entry, archive, root)
+    installed = unpack_pack(entry, archive, root)
     archive.unlink(missing_ok=True)
     tracker.finish()
     return installed
 
 
-def _unpack(entry: PackEntry, archive: Path, root: Path) -> InstalledPack:
+def unpack_pack(entry: PackEntry, archive: Path, root: Path) -> InstalledPack:
+    """Unpack a downloaded, verified pack archive into `root`, replacing an installed copy of it (also
+    what an app update does with the new release's packs, launcher/updates/install.py)."""
     staging = root / f".{entry.name}.unpacking"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
