@@ -269,7 +269,7 @@ def run(tarball: Path) -> None:
                 said = (done.stdout + done.stderr).strip()
                 if done.returncode != 0:
                     raise CheckFailed(f"`launcher update --yes` failed ({done.returncode}):\n{said}")
-                step(f"`launcher update --yes`: {said.splitlines()[-1]}")
+                step(f"`launcher update --yes`: {' / '.join(done.stdout.strip().splitlines()[-2:])}")
                 resumed = [r.range for r in server.requests_for(tar.name)[-1:]]
                 if not resumed or not resumed[0]:
                     raise CheckFailed("the update did not resume the dropped download")
