@@ -174,27 +174,31 @@ def run_turn(
             if cancel.is_set():
                 on_event(Finished("cancelled", None, 0.0, None))
                 return added
-            history = messages + added
+            reply = _Reply()
+            failure: str | None = None
             try:
-                reply = _stream_reply(client, endpoint, history, tools, settings, on_event, cancel)
+                _stream_reply(client, endpoint, messages + added, tools, settings, on_event, cancel, reply)
             except TurnFailed as err:
-                on_event(Failed(str(err)))
-                return added
-            if reply.cancelled or reply.finish_reason is None:
+                failure = str(err)
+            if failure is None and not reply.cancelled and reply.finish_reason is None:
+                failure = "The server closed the stream before the end of the reply."
+            if failure is not None or reply.cancelled:
                 # Calls of a reply cut short were never whole: the history keeps only its text.
                 reply.calls.clear()
                 if reply.has_output():
                     added.append(reply.message())
                     on_event(RoundFinished(added[-1]))
-                if reply.cancelled:
-                    on_event(Finished("cancelled", reply.usage, time.monotonic() - reply.started, reply.ttft))
+                if failure is not None:
+                    on_event(Failed(failure))
                 else:
-                    on_event(Failed("The server closed the stream before the end of the reply."))
+                    on_event(Finished("cancelled", reply.usage, time.monotonic() - reply.started, reply.ttft))
                 return added
             added.append(reply.message())
             on_event(RoundFinished(added[-1]))
             if not reply.calls:
-                on_event(Finished(reply.finish_reason, reply.usage, time.monotonic() - reply.started, reply.ttft))
+                on_event(
+                    Finished(reply.finish_reason or "stop", reply.usage, time.monotonic() - reply.started, reply.ttft)
+                )
                 return added
             # In the last round nothing would read the results: the calls are reported, not run.
             limit = max_rounds if round_number == max_rounds else None
@@ -298,11 +302,12 @@ def _stream_reply(
     settings: ChatSettings,
     on_event: Callable[[Event], None],
     cancel: threading.Event,
-) -> _Reply:
-    """Send one request and read its stream; raises TurnFailed with the server's own words."""
+    reply: _Reply,
+) -> None:
+    """Send one request and read its stream into `reply` (which keeps what arrived when it fails);
+    raises TurnFailed with the server's own words."""
     url = endpoint.base_url.rstrip("/") + "/chat/completions"
     headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
-    reply = _Reply()
     try:
         with client.stream(
             "POST", url, json=_request_body(endpoint, messages, tools, settings), headers=headers
@@ -317,14 +322,13 @@ def _stream_reply(
     except httpx.TimeoutException as err:
         if cancel.is_set():
             reply.cancelled = True
-            return reply
+            return
         raise TurnFailed(f"The server sent nothing for {_READ_TIMEOUT_S:g} s, so the reply was given up.") from err
     except httpx.HTTPError as err:
         if cancel.is_set():  # the stream was closed under the reader on purpose
             reply.cancelled = True
-            return reply
+            return
         raise TurnFailed(f"The connection to the server broke mid-reply: {err}") from err
-    return reply
 
 
 def _read_stream(

@@ -12,7 +12,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -37,6 +37,7 @@ from launcher.chat.session import (
 )
 from launcher.chat.store import Attachment, ChatSettings, Message
 from launcher.core.config import ServeConfig
+from launcher.engines.base import GenerationEvent, GenerationRequest
 from launcher.server.app import create_app
 from tests.agents.scripted import scripted_info
 from tests.server.fake_model import FakeModel
@@ -342,6 +343,25 @@ def test_a_wrong_api_key_fails_with_the_servers_words() -> None:
     failed = done.events[-1]
     assert isinstance(failed, Failed) and failed.message.startswith("The server answered 401: ")
     assert right.text == PLAIN
+
+
+class BreakingModel(FakeModel):
+    """Writes a few characters and then fails, as an engine that dies mid-reply."""
+
+    async def _run(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
+        for char in "Half an ans":
+            yield GenerationEvent(token_ids=(ord(char),), text=char)
+        yield GenerationEvent(finish_reason="error", error="the GPU fell off the bus", completion_tokens=11)
+
+
+def test_a_reply_that_fails_midway_keeps_its_text_and_says_why() -> None:
+    with running_app(create_app(BreakingModel(info=scripted_info()), ServeConfig(port=0))) as url:
+        done = turn(Endpoint(url + "/v1", None, MODEL), "Say hello.", tools=[])
+    failed = done.events[-1]
+    assert isinstance(failed, Failed) and failed.message.startswith("The server stopped the reply: ")
+    assert "the GPU fell off the bus" in failed.message
+    assert done.added == [{"role": "assistant", "content": "Half an ans"}]
+    assert done.of(RoundFinished) == [RoundFinished(done.added[0])]
 
 
 def test_no_server_fails_clearly() -> None:
