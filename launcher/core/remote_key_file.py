@@ -1,4 +1,5 @@
-"""Remote keys kept in a file only this user can read, for machines where no keyring can hold them.
+"""Remote keys (and other secrets) kept in a file only this user can read, for machines where no keyring
+can hold them.
 
 A headless Linux machine (a server, a container, an SSH session without a desktop) has no keyring
 service. There, as `gh` and `docker login` do, the key goes to `remote-keys.toml` in the config
@@ -11,6 +12,9 @@ private key: a server warning that scrolls by would let a leaked key keep workin
 a refusal makes the user look, and the fix (`chmod 600`, and a new key if others may have read it)
 takes a moment. Windows is not checked: its POSIX mode bits do not reflect the ACLs that keep a
 user's profile folder private.
+
+Each function takes the file to use (`path`); without one it is the remotes' `remote-keys.toml`.
+`core/secrets.py` puts other secrets (the Chat page's MCP tokens) in files of their own the same way.
 """
 
 from __future__ import annotations
@@ -36,10 +40,10 @@ def key_file() -> Path:
     return paths.config_dir() / FILE_NAME
 
 
-def read_key(name: str) -> str | None:
+def read_key(name: str, path: Path | None = None) -> str | None:
     """The key kept for remote `name`, or None. KeyFileError when the file is unreadable or broken,
     or holds that key but is open to other users (a key kept in the keyring is not held up by it)."""
-    path = key_file()
+    path = path or key_file()
     keys, mode = _load(path)
     key = keys.get(name)
     if key is not None and os.name != "nt" and mode & 0o077:
@@ -50,19 +54,19 @@ def read_key(name: str) -> str | None:
     return key
 
 
-def write_key(name: str, key: str) -> Path:
+def write_key(name: str, key: str, path: Path | None = None) -> Path:
     """Keep `key` for remote `name` (replacing one kept before); returns the file. KeyFileError when
     the config folder cannot take it: then nothing was written."""
-    path = key_file()
+    path = path or key_file()
     keys, _ = _load(path)  # rewriting it at 0600 closes a file someone opened up
     keys[name] = key
     _save(path, keys)
     return path
 
 
-def forget_key(name: str) -> None:
+def forget_key(name: str, path: Path | None = None) -> None:
     """Remove remote `name`'s key from the file; the file goes when it holds no key any more."""
-    path = key_file()
+    path = path or key_file()
     keys, _ = _load(path)
     if keys.pop(name, None) is None:
         return

@@ -10,12 +10,12 @@ this user only (`core/remote_key_file.py`), as `gh` and `docker login` do.
 
 A server looks a key up in this order: `LAUNCHER_REMOTE_KEY_<NAME>` in its environment (to
 override a stored key, or to give one that is stored nowhere), then the key file, then the keyring
-(`find_key` says why the file comes first).
+(`core/secrets.py` says why the file comes first; it keeps the keyring-or-file logic this module
+shares with the Chat page's MCP secrets).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import tomllib
@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 from launcher.core import paths, remote_key_file
 from launcher.core.errors import ConfigError
 from launcher.core.net import is_loopback_host
+from launcher.core.secrets import KeptKey, delete_secret, find_secret, store_secret
 from launcher.core.settings import write_toml
 
 KEYRING_SERVICE = "launcher-remote"
@@ -144,55 +145,15 @@ def key_env_name(name: str) -> str:
     return KEY_ENV_PREFIX + re.sub(r"[^A-Z0-9]", "_", name.upper())
 
 
-def unusable_keyring() -> str | None:
-    """Why the keyring cannot hold keys here, or None when it can. keyring falls back to its `fail`
-    backend, or to a chainer or null backend with priority 0 or less, when no real one is viable (a
-    headless Linux machine): those take no key, or throw it away."""
-    import keyring
-    from keyring.backends import fail
-
-    backend = keyring.get_keyring()
-    if isinstance(backend, fail.Keyring) or backend.priority <= 0:
-        kind = type(backend)
-        return f"no usable keyring on this machine (keyring's backend is {kind.__module__}.{kind.__qualname__})"
-    return None
-
-
-@dataclass(frozen=True)
-class KeptKey:
-    """Where store_key put a key: the keyring (`file` None), or the key file and why not the keyring."""
-
-    file: Path | None = None
-    why_not_keyring: str | None = None
-
-
 def store_key(name: str, key: str) -> KeptKey:
     """Keep `key` in the OS keyring, or where there is none in the 0600 key file; a ConfigError
     (nothing stored) when neither can take it."""
-    import keyring
-    from keyring.errors import KeyringError
-
-    why_not = unusable_keyring()
-    if why_not is None:
-        try:
-            keyring.set_password(KEYRING_SERVICE, name, key)
-        except KeyringError as err:  # viable on paper, but locked or without its service (no D-Bus session)
-            why_not = f"the keyring cannot store keys here ({err})"
-        else:
-            remote_key_file.forget_key(name)  # a key kept there before must not outlive its replacement
-            return KeptKey()
-    return KeptKey(remote_key_file.write_key(name, key), why_not)
+    return store_secret(KEYRING_SERVICE, name, key, remote_key_file.key_file())
 
 
 def delete_key(name: str) -> None:
     """Remove the remote's key from the keyring and from the key file, wherever it is."""
-    import keyring
-    from keyring.errors import KeyringError, PasswordDeleteError
-
-    if unusable_keyring() is None:
-        with contextlib.suppress(PasswordDeleteError, KeyringError):  # no key stored, or a locked keyring
-            keyring.delete_password(KEYRING_SERVICE, name)
-    remote_key_file.forget_key(name)
+    delete_secret(KEYRING_SERVICE, name, remote_key_file.key_file())
 
 
 @dataclass(frozen=True)
@@ -209,10 +170,7 @@ def find_key(remote: Remote) -> KeyLookup:
     """The remote's key: `LAUNCHER_REMOTE_KEY_<NAME>` first (it overrides a stored one), then the key
     file, then the keyring.
 
-    The file before the keyring because a file entry is always the newest key: storing in the
-    keyring removes the file's copy, while a key that went to the file because the keyring refused
-    it (locked, say) could not replace an older key in that keyring, which would otherwise win.
-    The keyring is not asked when the file answers: a locked one would ask the user to unlock it.
+    The file before the keyring, as core/secrets.py explains.
     """
     from_env = os.environ.get(remote.key_env, "").strip()
     if from_env:
@@ -221,26 +179,14 @@ def find_key(remote: Remote) -> KeyLookup:
         return KeyLookup(None)
     file = remote_key_file.key_file()
     try:
-        from_file = remote_key_file.read_key(remote.name)
+        found = find_secret(KEYRING_SERVICE, remote.name, file)
     except ConfigError as err:
         return KeyLookup(None, f"remote {remote.name}: {err} Or set {remote.key_env}.")
-    if from_file is not None:
-        return KeyLookup(from_file, source=str(file))
-    import keyring
-    from keyring.errors import KeyringError
-
-    keyring_trouble = unusable_keyring()
-    if keyring_trouble is None:
-        try:
-            stored = keyring.get_password(KEYRING_SERVICE, remote.name)
-        except KeyringError as err:
-            keyring_trouble = f"the keyring cannot be read here ({err})"
-        else:
-            if stored is not None:
-                return KeyLookup(stored, source="the keyring")
+    if found.value is not None:
+        return KeyLookup(found.value, source=found.source)
     missing = (
-        f"{file} does not have it and {keyring_trouble}"
-        if keyring_trouble
+        f"{file} does not have it and {found.keyring_trouble}"
+        if found.keyring_trouble
         else f"neither {file} nor the keyring has it"
     )
     return KeyLookup(
