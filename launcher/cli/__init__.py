@@ -151,10 +151,10 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         launcher_logging.setup("WARNING")
         return _run_internal(words[0], words[1:])
     command = _command_in(words)
-    if command != "gui" and is_frozen():  # the window does it itself, off its UI thread
-        _finish_pending_update()
     if command is None and not any(w in ("-h", "--help", "--version") for w in words):
         words, command = ["gui", *words], "gui"  # a double-click or a bare `launcher` opens the app
+    if command != "gui" and is_frozen():  # the window does it itself, off its UI thread
+        _finish_pending_update()
     words, passthrough = _split_passthrough(words, command)
     args = build_parser(command).parse_args(words)
     if passthrough is not None:
