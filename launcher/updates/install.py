@@ -6,7 +6,8 @@ Each installation is replaced in the shape the user installed it (`launcher.upda
   filesystem, so the swap is two renames), every member checked first: one top folder, nothing
   absolute, no `..`, no link pointing out of the folder, no device. The new program must answer
   `launcher --version` with the release's version (the smoke check) before anything is touched;
-  then the old folder becomes `<folder>.old-<old version>` and the new one takes its name. If that
+  then the old folder becomes `<folder>.old-<old version>` (another free name when that one is
+  taken: nothing the update did not make is ever replaced) and the new one takes its name. If that
   second rename fails the old folder is renamed back.
 - appimage: the new AppImage is copied beside the old one, made executable, smoke-checked and
   renamed over it (`os.replace`: the old file stays readable by the running app until it exits).
@@ -20,7 +21,10 @@ Each installation is replaced in the shape the user installed it (`launcher.upda
 
 A failure at any step raises UpdateError and leaves the old version in place and working. The old
 folder or bundle stays until the new version has started: `finish_pending_update()`, called early by
-every start of the app and the CLI, removes the copies no running process uses any more.
+every start of the app and the CLI, removes the copies no running process uses any more. It removes
+only what an update made: every folder the updater creates beside the installation (the staging
+copy, the old version moved aside) carries a marker file (`UPDATE_MARKER`) naming the folder it was
+written into, and a sibling without it (the user's own `launcher.old-backup`) is never touched.
 
 Once the old folder is renamed, the running (old) program must not import anything new: a frozen
 app reads its modules from its executable by path, and that path now holds the new version. Callers
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import posixpath
 import shlex
@@ -48,7 +53,7 @@ from typing import TYPE_CHECKING
 import psutil
 
 from launcher.core import paths
-from launcher.core.child_process import PARENT_PID_ENV
+from launcher.core.child_process import PARENT_PID_ENV, WINDOWS_NEW_PROCESS_GROUP
 from launcher.core.errors import LauncherError, UpdateError
 from launcher.updates.current import Installation, current_version, detect_installation
 
@@ -63,6 +68,10 @@ NEW_MARK = ".new-"
 """`.<folder>.new-XXXX`: the new version while it is unpacked and checked (hidden, beside the target)."""
 STALE_STAGING_S = 3600.0
 """A staging copy older than this belongs to an update that died; a younger one may be in progress."""
+UPDATE_MARKER = ".launcher-update"
+"""The file the updater writes into each folder it creates beside the installation: JSON with the
+folder's own name, its role ("old": the previous version; "staging": a new version being unpacked),
+the versions and the time. `finish_pending_update` removes only folders holding one that names them."""
 PYINSTALLER_RESET_ENV = "PYINSTALLER_RESET_ENVIRONMENT"
 """Tells a frozen program's bootloader that it is a new, independent program, not a child of this
 frozen one: it must not take over this process's bundle paths."""
@@ -71,8 +80,7 @@ SETUP_RESTART_PARAMETER = "/RESTARTAPP=1"
 MAC_PROGRAM = Path("Contents") / "MacOS" / "launcher"
 """The program inside Launcher.app (packaging/launcher.spec)."""
 WINDOWS_DETACHED_PROCESS = 0x00000008
-WINDOWS_NEW_PROCESS_GROUP = 0x00000200
-"""subprocess.DETACHED_PROCESS / CREATE_NEW_PROCESS_GROUP, which only Windows' subprocess defines."""
+"""subprocess.DETACHED_PROCESS, which only Windows' subprocess defines."""
 
 
 @dataclass(frozen=True)
@@ -199,13 +207,13 @@ def smoke_check(program: Path, version: str, *, timeout: float = SMOKE_TIMEOUT_S
 
 
 def _install_folder(folder: Path, archive: Path, version: str) -> InstallResult:
-    staging = _staging_folder(folder)
+    staging = staging_folder(folder)
     try:
         new = unpack_app_folder(archive, staging)
         if not (new / "launcher").is_file():
             raise UpdateError(f"{archive.name} holds no `launcher` program in its folder; it is not installed.")
         smoke_check(new / "launcher", version)
-        old = _swap(folder, new)
+        old = _swap(folder, new, version)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return InstallResult(
@@ -214,11 +222,42 @@ def _install_folder(folder: Path, archive: Path, version: str) -> InstallResult:
     )
 
 
-def _staging_folder(target: Path) -> Path:
+def staging_folder(target: Path) -> Path:
+    """A new hidden folder beside `target`, marked as the updater's (a dead update's copy is removed later)."""
     try:
-        return Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}{NEW_MARK}"))
+        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}{NEW_MARK}"))
     except OSError as err:
         raise UpdateError(f"Cannot write beside {target} ({err}); the update is not installed.") from err
+    try:
+        write_marker(staging, "staging")
+    except OSError as err:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise UpdateError(_disk_problem(err, f"write beside {target}")) from err
+    return staging
+
+
+def write_marker(folder: Path, role: str, **facts: str) -> None:
+    """Mark `folder` as made by the updater (`UPDATE_MARKER`); OSError when it cannot be written."""
+    record = {"folder": folder.name, "role": role, "at": time.time(), **facts}
+    (folder / UPDATE_MARKER).write_text(json.dumps(record) + "\n", encoding="utf-8")
+
+
+def read_marker(folder: Path) -> dict[str, object] | None:
+    """The updater's marker of `folder`, or None when `folder` is not a real folder the updater made:
+    no marker, a marker that is a link or unreadable, or one written into a folder of another name
+    (a copy the user made of an old version, under a name of their own, is theirs)."""
+    try:
+        if folder.is_symlink() or not folder.is_dir():
+            return None
+        marker = folder / UPDATE_MARKER
+        if marker.is_symlink() or not marker.is_file():
+            return None
+        record = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("folder") != folder.name:
+        return None
+    return record
 
 
 def unpack_app_folder(archive: Path, into: Path) -> Path:
@@ -273,8 +312,9 @@ def check_members(members: Sequence[tarfile.TarInfo], archive_name: str) -> str:
             if PurePosixPath(member.linkname).is_absolute():
                 raise refuse(member, f"links to the absolute path {member.linkname!r}")
             # A relative link resolves against its own folder; it must stay inside the top folder.
-            resolved = posixpath.normpath(posixpath.join(str(path.parent), member.linkname))
-            if resolved == ".." or resolved.startswith("../") or PurePosixPath(resolved).parts[0] != parts[0]:
+            resolved = PurePosixPath(posixpath.normpath(posixpath.join(str(path.parent), member.linkname)))
+            # `launcher/x -> ..` resolves to "." (the unpacking folder itself): outside the top folder too.
+            if resolved.parts[:1] != (parts[0],):
                 raise refuse(member, f"links out of the folder ({member.linkname!r})")
             links.add(path)
         elif member.islnk():
@@ -303,9 +343,12 @@ def _check_links(folder: Path, archive_name: str) -> None:
                 )
 
 
-def _swap(target: Path, new: Path) -> Path:
-    """Rename `target` aside to `<target>.old-<running version>` and `new` into its place; on a
-    failure of the second rename the old one is renamed back. Returns where the old one is."""
+def _swap(target: Path, new: Path, version: str) -> Path:
+    """Rename `target` aside to `<target>.old-<running version>` and `new` (of `version`) into its
+    place; on a failure of the second rename the old one is renamed back. Returns where the old one is.
+
+    The old copy is marked as the updater's once it is aside (not before: a file written into the
+    running app's folder, or into a signed macOS bundle, would stay there if the rename failed)."""
     old = _free_old_name(target)
     try:
         os.rename(target, old)
@@ -313,6 +356,10 @@ def _swap(target: Path, new: Path) -> Path:
         raise UpdateError(
             f"Cannot move {target} aside ({err}); the update is not installed and this version stays."
         ) from err
+    # Unmarked (the write failed), the old copy is never removed by the updater and the user may delete
+    # it by hand: not a reason to stop, the new version is checked and ready.
+    with contextlib.suppress(OSError):
+        write_marker(old, "old", version=current_version(), replaced_by=version)
     try:
         os.rename(new, target)
     except OSError as err:
@@ -330,15 +377,9 @@ def _swap(target: Path, new: Path) -> Path:
 
 
 def _free_old_name(target: Path) -> Path:
-    """`<target>.old-<version>`; an older leftover of that name (an update to the same version
-    before) is removed first, or another name is taken when it cannot be."""
+    """`<target>.old-<version>`, or `<target>.old-<version>-2`, `-3`, ... when that is taken: what is
+    there already (an earlier update's copy not yet removed, or anything of the user's) stays as it is."""
     old = target.with_name(f"{target.name}{OLD_MARK}{current_version()}")
-    if os.path.lexists(old):
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                old.unlink()
     number = 1
     base = old
     while os.path.lexists(old):
@@ -357,12 +398,9 @@ def _disk_problem(err: OSError, doing: str) -> str:
 
 
 def _install_appimage(appimage: Path, downloaded: Path, version: str) -> InstallResult:
-    try:
-        handle, name = tempfile.mkstemp(dir=appimage.parent, prefix=f".{appimage.name}{NEW_MARK}")
-        os.close(handle)
-    except OSError as err:
-        raise UpdateError(f"Cannot write beside {appimage} ({err}); the update is not installed.") from err
-    new = Path(name)
+    # The copy waits in a marked staging folder beside the AppImage (same filesystem: the replace is a rename).
+    staging = staging_folder(appimage)
+    new = staging / appimage.name
     try:
         try:
             shutil.copyfile(downloaded, new)
@@ -377,8 +415,7 @@ def _install_appimage(appimage: Path, downloaded: Path, version: str) -> Install
                 f"Cannot replace {appimage} ({err}); the update is not installed and this version stays."
             ) from err
     finally:
-        with contextlib.suppress(OSError):
-            new.unlink()
+        shutil.rmtree(staging, ignore_errors=True)
     return InstallResult([str(appimage)], f"Installed launcher {version} in {appimage}.")
 
 
@@ -401,12 +438,12 @@ def copy_bundle_command(source: Path, destination: Path) -> list[str]:
 
 
 def _install_app_bundle(bundle: Path, dmg: Path, version: str) -> InstallResult:
-    staging = _staging_folder(bundle)
+    staging = staging_folder(bundle)
     try:
         new = staging / bundle.name
         _copy_from_image(dmg, new)
         smoke_check(new / MAC_PROGRAM, version)
-        old = _swap(bundle, new)
+        old = _swap(bundle, new, version)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return InstallResult(
@@ -494,19 +531,28 @@ def _run_setup(folder: Path, installer: Path, version: str) -> InstallResult:
 
 def finish_pending_update(installation: Installation | None = None, *, now: float | None = None) -> list[Path]:
     """Remove what an update left beside this installation: the previous version (`<target>.old-*`)
-    once no process runs from it, and the staging copies of updates that died. Called early by every
-    start of the app and the CLI; cheap when there is nothing to remove. Returns what was removed."""
+    once no process runs from it, and the staging copies (`.<target>.new-*`) of updates that died.
+    Only folders carrying the updater's marker (`read_marker`) are removed; anything else of those
+    names is the user's. Called early by every start of the app and the CLI; cheap when there is
+    nothing to remove. Returns what was removed."""
     installation = installation or detect_installation()
     target = installation.target
     if target is None or installation.kind not in ("tar.gz", "appimage", "dmg"):
         return []
     now = time.time() if now is None else now
+    leftovers = []
     try:
-        leftovers = [*target.parent.glob(f"{_glob_escape(target.name)}{OLD_MARK}*")]
+        for old in target.parent.glob(f"{_glob_escape(target.name)}{OLD_MARK}*"):
+            marker = read_marker(old)
+            if marker is not None and marker.get("role") == "old":
+                leftovers.append(old)
         for staging in target.parent.glob(f".{_glob_escape(target.name)}{NEW_MARK}*"):
-            with contextlib.suppress(OSError):
-                if now - staging.lstat().st_mtime > STALE_STAGING_S:
-                    leftovers.append(staging)
+            marker = read_marker(staging)
+            if marker is None or marker.get("role") != "staging":
+                continue
+            made = marker.get("at")
+            if isinstance(made, int | float) and now - made > STALE_STAGING_S:
+                leftovers.append(staging)
     except OSError:
         return []
     if not leftovers:
@@ -516,11 +562,7 @@ def finish_pending_update(installation: Installation | None = None, *, now: floa
     for path in leftovers:
         if path in busy:
             continue  # the old version still runs (the update that installed us, a server): next start
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                path.unlink()
+        shutil.rmtree(path, ignore_errors=True)
         if not os.path.lexists(path):
             removed.append(path)
     return removed

@@ -21,14 +21,18 @@ from launcher.updates.current import Installation
 from launcher.updates.feed import PackFile
 from launcher.updates.install import (
     PYINSTALLER_RESET_ENV,
+    UPDATE_MARKER,
     attach_command,
+    check_members,
     copy_bundle_command,
     detach_command,
     finish_pending_update,
     install,
     install_packs,
     new_version_environment,
+    read_marker,
     setup_command,
+    staging_folder,
 )
 from tests.updates.apps import (
     PLATFORM,
@@ -95,13 +99,45 @@ def test_the_old_copy_stays_while_a_process_still_runs_from_it(apps: Path, tmp_p
     assert finish_pending_update(installation("tar.gz", folder)) == [old]
 
 
-def test_a_dead_updates_staging_folder_is_removed_only_once_it_is_old(apps: Path) -> None:
+def test_a_dead_updatesstaging_folder_is_removed_only_once_it_is_old(apps: Path) -> None:
     folder = apps / "launcher"
-    staging = apps / ".launcher.new-abc123"
-    staging.mkdir()
-    mtime = staging.stat().st_mtime
-    assert finish_pending_update(installation("tar.gz", folder), now=mtime + 60) == []
-    assert finish_pending_update(installation("tar.gz", folder), now=mtime + 7200) == [staging]
+    staging = staging_folder(folder)  # as an update makes it: hidden, beside the app, marked
+    assert staging.name.startswith(".launcher.new-")
+    marker = read_marker(staging)
+    assert marker is not None and marker["role"] == "staging"
+    made = float(marker["at"])  # type: ignore[arg-type]
+    assert finish_pending_update(installation("tar.gz", folder), now=made + 60) == []
+    assert finish_pending_update(installation("tar.gz", folder), now=made + 7200) == [staging]
+
+
+def test_only_what_an_update_made_is_removed_never_the_users_own_folders(apps: Path, tmp_path: Path) -> None:
+    folder = apps / "launcher"
+    backup = app_folder(apps / "launcher.old-my-backup", OLD)  # the user's own copy
+    (backup / "precious.txt").write_text("data")
+    hidden = apps / ".launcher.new-mine"  # named like a staging folder, but not the updater's
+    hidden.mkdir()
+    install(installation("tar.gz", folder), release_tarball(tmp_path / "r.tar.gz", NEW), NEW)
+    old = apps / f"launcher.old-{OLD}"
+    marker = read_marker(old)
+    assert marker is not None and (marker["role"], marker["version"], marker["replaced_by"]) == ("old", OLD, NEW)
+    # The user copies the old version under a name of their own: the marker inside names another folder.
+    shutil.copytree(old, apps / "launcher.old-kept", symlinks=True)
+    # A marker that is a link to one of the updater's is not the updater's either.
+    linked = apps / "launcher.old-linked"
+    linked.mkdir()
+    (linked / UPDATE_MARKER).symlink_to(old / UPDATE_MARKER)
+
+    assert finish_pending_update(installation("tar.gz", folder), now=1e12) == [old]
+
+    assert entries(apps) == [
+        ".launcher.new-mine",
+        "launcher",
+        "launcher.old-kept",
+        "launcher.old-linked",
+        "launcher.old-my-backup",
+    ]
+    assert (backup / "precious.txt").read_text() == "data"
+    assert version_of(folder / "launcher") == f"launcher {NEW}"
 
 
 @pytest.mark.parametrize(
@@ -146,6 +182,8 @@ def _escaping(tar: tarfile.TarFile, kind: str) -> None:
         add_link(tar, f"{top}/evil", "here/../escaped")  # `here/..` reads as inside; it is the parent
     elif kind == "hard link out":
         add_link(tar, f"{top}/evil", "../escaped", hard=True)
+    elif kind == "symlink to the unpacking folder":
+        add_link(tar, f"{top}/x", "..")  # resolves to ".": no top folder to compare with
     elif kind == "device":
         info = tarfile.TarInfo(f"{top}/null")
         info.type, info.devmajor, info.devminor = tarfile.CHRTYPE, 1, 3
@@ -165,6 +203,7 @@ def _escaping(tar: tarfile.TarFile, kind: str) -> None:
         "write through a link",
         "chained links",
         "hard link out",
+        "symlink to the unpacking folder",
         "device",
         "two folders",
     ],
@@ -181,6 +220,18 @@ def test_an_archive_with_a_member_escaping_the_folder_is_refused(apps: Path, tmp
     assert entries(apps) == ["launcher"]  # nothing beside it, no staging left
     assert version_of(folder / "launcher") == f"launcher {OLD}"
     assert not (tmp_path / "escaped").exists() and not Path("/tmp/launcher-update-escaped").exists()
+
+
+def test_a_link_to_the_unpacking_folder_itself_is_refused_not_a_crash() -> None:
+    top = tarfile.TarInfo("launcher")
+    top.type = tarfile.DIRTYPE
+    link = tarfile.TarInfo("launcher/x")
+    link.type, link.linkname = tarfile.SYMTYPE, ".."
+    with pytest.raises(UpdateError, match=r"'launcher/x' links out of the folder \('\.\.'\)"):
+        check_members([top, link], "a.tar.gz")
+    inside = tarfile.TarInfo("launcher/here")
+    inside.type, inside.linkname = tarfile.SYMTYPE, "."
+    assert check_members([top, inside], "a.tar.gz") == "launcher"
 
 
 def test_an_archive_that_is_not_one_or_holds_no_program_is_refused(apps: Path, tmp_path: Path) -> None:
@@ -248,11 +299,16 @@ def test_a_folder_that_cannot_be_moved_aside_stays(apps: Path, tmp_path: Path, m
     assert entries(apps) == ["launcher"]
 
 
-def test_updating_to_the_same_version_again_replaces_the_leftover_old_copy(apps: Path, tmp_path: Path) -> None:
+def test_a_taken_old_name_is_left_as_it_is_and_another_name_is_used(apps: Path, tmp_path: Path) -> None:
     folder = apps / "launcher"
-    app_folder(apps / f"launcher.old-{OLD}", "0.0.9")  # an earlier update's copy, never cleaned
-    install(installation("tar.gz", folder), release_tarball(tmp_path / "r.tar.gz", NEW), NEW)
-    assert version_of(apps / f"launcher.old-{OLD}" / "launcher") == f"launcher {OLD}"
+    taken = app_folder(apps / f"launcher.old-{OLD}", "0.0.9")  # not the updater's: no marker
+    result = install(installation("tar.gz", folder), release_tarball(tmp_path / "r.tar.gz", NEW), NEW)
+    old = apps / f"launcher.old-{OLD}-2"
+    assert version_of(taken / "launcher") == "launcher 0.0.9"  # untouched
+    assert version_of(old / "launcher") == f"launcher {OLD}"
+    assert str(old) in result.message
+    assert finish_pending_update(installation("tar.gz", folder)) == [old]
+    assert entries(apps) == ["launcher", f"launcher.old-{OLD}"]
 
 
 # -- AppImage ------------------------------------------------------------------------------------------
@@ -271,7 +327,7 @@ def test_an_appimage_is_replaced_in_place_after_its_smoke_check(tmp_path: Path) 
     assert result.restart_argv == [str(appimage)]
     assert version_of(appimage) == f"launcher {NEW}"
     assert appimage.stat().st_mode & 0o777 == 0o755
-    assert entries(appimage.parent) == [appimage.name]
+    assert entries(appimage.parent) == [appimage.name]  # the staging folder is gone
 
 
 def test_an_appimage_that_fails_its_smoke_check_leaves_the_old_one(tmp_path: Path) -> None:
