@@ -38,8 +38,8 @@ def run(args: argparse.Namespace) -> int:
     from launcher.catalog.progress import TerminalBar
     from launcher.core.errors import UpdateError
     from launcher.core.units import format_bytes
-    from launcher.engines.llamacpp import gpu_pack_install  # noqa: F401  (install_packs runs after the swap)
     from launcher.updates import check, download, install, servers
+    from launcher.updates.apply import apply_update
 
     installation = check.detect_installation()
     if installation.kind == "source":
@@ -76,20 +76,12 @@ def run(args: argparse.Namespace) -> int:
     for record in running:
         print(f"Stopping the server at {record.url} (pid {record.pid})...", file=sys.stderr)
     stopped = servers.stop(running)
-    try:
-        result = install.install(installation, downloaded.path, offer.version)
-    except UpdateError:
-        for restarted in servers.restart(stopped):  # the old version serves again, as before
-            print(restarted.message, file=sys.stderr)
-        raise
-    for line in install.install_packs(downloaded.packs):
-        print(line)
-    if result.restart_argv is not None:
-        for restarted in servers.restart(stopped, result.restart_argv[0]):
-            print(restarted.message)
-        downloaded.path.unlink(missing_ok=True)  # installed: the cache need not keep it
-    elif stopped:
-        print("The servers stopped for the update start again when you start them; the installer restarts the app.")
+    # Whatever stops the install (a refused build, a bug, Ctrl-C), the old version is in place and its
+    # servers serve again before the failure is reported; after the swap, a pack or a server that does
+    # not come back is a line of the report, not a failed update.
+    result = apply_update(
+        installation, downloaded, offer.version, stopped, report=lambda line: print(line, file=sys.stderr)
+    )
     print(result.message)
     return 0
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import main
-from launcher.core.server_records import READY_PREFIX, running_servers
-from launcher.updates import check, servers
+from launcher.core.server_records import READY_PREFIX, ServerRecord, running_servers
+from launcher.updates import check, install, servers
 from launcher.updates.current import Installation, this_platform
 from launcher.updates.download import updates_dir
 from tests.updates.apps import app_folder, release_tarball, version_of
@@ -208,6 +208,91 @@ def test_a_failed_install_starts_the_stopped_servers_again_from_the_old_version(
         server.wait()
         if server.stdout is not None:
             server.stdout.close()
+
+
+def _one_stopped_server(monkeypatch: pytest.MonkeyPatch, app: Path) -> list[tuple[list[str], str | None]]:
+    """The installation has one running server (stood in for: the stop and the start are tested in
+    test_servers.py); returns the restarts asked for: (the servers' urls, the executable)."""
+    record = ServerRecord(
+        url="http://127.0.0.1:9",
+        pid=999_999,
+        models=("m",),
+        model="m",
+        context_length=None,
+        api_key_required=False,
+        started_at=0.0,
+        path=app / "run.json",
+        executable=str(app / "launcher"),
+        argv=("serve", "m"),
+    )
+    monkeypatch.setattr(servers, "servers_of", lambda installation: [record])
+    monkeypatch.setattr(servers, "other_processes", lambda installation, running: [])
+    monkeypatch.setattr(servers, "stop", lambda records: [servers.StoppedServer(r, None) for r in records])
+    restarts: list[tuple[list[str], str | None]] = []
+
+    def restart(stopped: list[servers.StoppedServer], executable: str | None = None) -> list[servers.Restarted]:
+        restarts.append(([s.record.url for s in stopped], executable))
+        return [servers.Restarted(s, s.record, f"{s.record.url}: serving again.") for s in stopped]
+
+    monkeypatch.setattr(servers, "restart", restart)
+    return restarts
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("a bug in the install"), KeyboardInterrupt()], ids=["bug", "ctrl-c"])
+def test_whatever_stops_the_install_the_stopped_servers_serve_again_from_the_old_version(
+    app: Path,
+    feed_server: FeedServer,
+    release_key: tuple[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    failure: BaseException,
+) -> None:
+    feed_server.publish("0.2.0", key=release_key[0], files=[release(tmp_path)])
+    restarts = _one_stopped_server(monkeypatch, app)
+
+    def broken(*_args: object) -> None:
+        raise failure
+
+    monkeypatch.setattr(install, "install", broken)
+    if isinstance(failure, KeyboardInterrupt):
+        assert main(["update", "--yes"]) == 130
+    else:
+        with pytest.raises(RuntimeError, match="a bug in the install"):
+            main(["update", "--yes"])
+    assert restarts == [(["http://127.0.0.1:9"], None)]  # the old executable, as it ran
+    assert "http://127.0.0.1:9: serving again." in capsys.readouterr().err
+    assert version_of(app / "launcher") == "launcher 0.1.0"
+
+
+def test_a_failure_after_the_swap_is_reported_but_the_update_is_installed(
+    app: Path,
+    feed_server: FeedServer,
+    release_key: tuple[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    feed_server.publish("0.2.0", key=release_key[0], files=[release(tmp_path)])
+    _one_stopped_server(monkeypatch, app)
+
+    def packs_break(_packs: object) -> list[str]:
+        raise RuntimeError("the packs folder vanished")
+
+    def servers_break(_stopped: object, _executable: str | None = None) -> list[servers.Restarted]:
+        raise RuntimeError("no process table")
+
+    monkeypatch.setattr(install, "install_packs", packs_break)
+    monkeypatch.setattr(servers, "restart", servers_break)
+
+    assert main(["update", "--yes"]) == 0
+
+    out = capsys.readouterr().out
+    assert f"Installed launcher 0.2.0 in {app}" in out
+    assert "The GPU packs were not updated (the packs folder vanished)" in out
+    assert "(http://127.0.0.1:9) could not be started again (no process table); start them again." in out
+    assert version_of(app / "launcher") == "launcher 0.2.0"
+    assert not any(updates_dir().iterdir())  # the installed download left the cache
 
 
 def test_update_is_a_command(capsys: pytest.CaptureFixture[str]) -> None:
