@@ -139,6 +139,7 @@ class _Running:
     stopping: bool = False
     exited: asyncio.Event = field(default_factory=asyncio.Event)
     tools: dict[str, ToolInfo] = field(default_factory=dict)  # by qualified name
+    http_error: str | None = None  # the last HTTP error status a remote server answered (the SDK drops it)
     future: concurrent.futures.Future[None] | None = None
 
     def stderr_text(self) -> str:
@@ -385,6 +386,9 @@ class McpHost:
             error = f"The MCP server {name} could not be started ({run.config.command}: {_describe(err)})."
         elif isinstance(err, MCPError) and err.code == mcp_types.CONNECTION_CLOSED:
             error = f"The MCP server {name} ended before it answered."
+        elif run.http_error is not None:
+            hint = " (check the token or key in its headers)" if run.http_error.split()[1] in ("401", "403") else ""
+            error = f"The MCP server {name} answered {run.http_error}{hint}."
         else:
             error = f"The MCP server {name} could not be connected: {_describe(err)}"
         self._set(name, "failed", error=error, stderr=run.stderr_text())
@@ -395,7 +399,7 @@ class McpHost:
         if config.transport == "sse":
             assert config.url is not None
             return sse_client(config.url, headers=config.headers or None)
-        return _streamable_http(config)
+        return _streamable_http(config, run)
 
     @asynccontextmanager
     async def _stdio(self, config: McpServer, run: _Running) -> AsyncIterator[TransportStreams]:
@@ -467,12 +471,19 @@ def _cancel(run: _Running) -> None:
 
 
 @asynccontextmanager
-async def _streamable_http(config: McpServer) -> AsyncIterator[TransportStreams]:
+async def _streamable_http(config: McpServer, run: _Running) -> AsyncIterator[TransportStreams]:
     assert config.url is not None
+
+    async def note_error(response: httpx2.Response) -> None:
+        # the SDK turns a 401 into "Server returned an error response": keep the status to say why
+        if response.status_code >= 400:
+            run.http_error = f"HTTP {response.status_code} {response.reason_phrase}".strip()
+
     # the SDK's default timeouts (30 s, 300 s for a held-open stream), plus the config's headers
     timeout = httpx2.Timeout(30.0, read=300.0)
+    hooks = {"response": [note_error]}
     async with (
-        httpx2.AsyncClient(headers=config.headers, timeout=timeout) as http,
+        httpx2.AsyncClient(headers=config.headers, timeout=timeout, event_hooks=hooks) as http,
         streamable_http_client(config.url, http_client=http) as streams,
     ):
         yield streams
