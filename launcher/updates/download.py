@@ -3,9 +3,9 @@
 Every file of the offer (the app's, and the GPU packs installed here) has its signature checked
 with the build's release key before a single byte is requested, so a feed that is not the release's
 costs nothing but its own GET. A signature covers the file's name, size and sha256 for this release
-(`launcher.updates.signing`); the bytes are then hashed on their way to disk and must match that
-sha256, or the file is deleted. Engine packs are signed over the same statement, with the release's
-version and the pack's name.
+and what the file is for (this platform's installer of this kind, or a pack:
+`launcher.updates.signing`); the bytes are then hashed on their way to disk and must match that
+sha256, or the file is deleted.
 
 The transfer is the model downloads' own (`launcher.catalog.transfer`: resumable with Range,
 retried on network errors, hashed on a second thread) with their progress events and cancel, into
@@ -85,9 +85,12 @@ def download(
         raise UpdateError(f"launcher {offer.version} has no download for this installation ({offer.installation.how}).")
     public = update_public_key()
     version = offer.feed.version
-    signing.verify(public, release.signature, version, release.name, release.size, release.sha256)
+    purpose = signing.file_purpose(release.platform, release.kind)
+    signing.verify(public, release.signature, version, release.name, release.size, release.sha256, purpose=purpose)
     for pack in offer.packs:
-        signing.verify(public, pack.signature, version, pack.name, pack.size_bytes, pack.sha256)
+        signing.verify(
+            public, pack.signature, version, pack.name, pack.size_bytes, pack.sha256, purpose=signing.PACK_PURPOSE
+        )
 
     items = [_Item(release.name, release.url, release.size, release.sha256, release.name)]
     items += [_Item(p.name, p.url, p.size_bytes, p.sha256, f"{p.name}.tar.gz") for p in offer.packs]

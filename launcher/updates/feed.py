@@ -79,6 +79,13 @@ class Feed(BaseModel):
     files: list[ReleaseFile] = Field(default_factory=list)
     packs: list[PackFile] = Field(default_factory=list)
 
+    @field_validator("notes_url")
+    @classmethod
+    def _an_https_link(cls, value: str | None) -> str | None:
+        # The app shows it as a link the user clicks: only a web page, never file:, javascript: or
+        # another scheme a desktop would hand to some program. Anything else is dropped, not an error.
+        return value if value is not None and is_https(value) else None
+
     @field_validator("version")
     @classmethod
     def _a_version(cls, value: str) -> str:
@@ -125,6 +132,12 @@ def parse_feed(text: str | bytes, source: str) -> Feed:
         for pack in feed.packs:
             pack.url = urllib.parse.urljoin(source, pack.url)
     return feed
+
+
+def is_https(url: str) -> bool:
+    """True for an absolute https:// URL with a host (what the app may show as a link)."""
+    parsed = urllib.parse.urlsplit(url.strip())
+    return parsed.scheme.lower() == "https" and bool(parsed.netloc) and not any(c.isspace() for c in url.strip())
 
 
 def is_newer(feed: Feed, current: str) -> bool:

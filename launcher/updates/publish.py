@@ -4,7 +4,8 @@ The release workflow (.github/workflows/release.yml) runs `scripts/make-update-f
 installers it built, and publishes the feed beside them; docs/releasing.md is the procedure. For
 each file the feed records its size and sha256 and, when the release secret
 LAUNCHER_UPDATE_SIGNING_KEY holds the signing key, an ed25519 signature over
-`signing.statement(version, name, size, sha256)` (launcher/updates/signing.py). Without the secret (a
+`signing.statement(version, name, size, sha256, purpose=signing.file_purpose(platform, kind))`
+(launcher/updates/signing.py). Without the secret (a
 fork) the feed is written unsigned with a warning: an app then sees the release but installs none of
 its files, because `signing.verify` refuses an unsigned one.
 
@@ -14,8 +15,8 @@ pyproject.toml's version fails here instead of publishing a feed that offers las
 
 Engine packs are copied from the pack index that `scripts/build-gpu-pack --index` writes
 (gpu-packs.json), URL as the index has it, each signed over (release version, pack name,
-size_bytes, sha256): a client verifies a pack with
-`signing.verify(key, pack.signature, feed.version, pack.name, pack.size_bytes, pack.sha256)`.
+size_bytes, sha256) as a pack: a client verifies a pack with `signing.verify(key, pack.signature,
+feed.version, pack.name, pack.size_bytes, pack.sha256, purpose=signing.PACK_PURPOSE)`.
 
 `scripts/update-key` makes the key pair (`key_main`).
 """
@@ -41,7 +42,7 @@ from pydantic import ValidationError
 
 from launcher.core.errors import UpdateError
 from launcher.updates import signing
-from launcher.updates.feed import FEED_FILE, FEED_FORMAT, Feed, PackFile, ReleaseFile, parse_feed
+from launcher.updates.feed import FEED_FILE, FEED_FORMAT, Feed, PackFile, ReleaseFile, is_https, parse_feed
 
 PACK_INDEX_FILE = "gpu-packs.json"
 """The pack index's name among a release's assets (scripts/build-gpu-pack --index writes it)."""
@@ -192,7 +193,11 @@ def release_file(
         url=_url(name, base_url),
         size=size,
         sha256=digest,
-        signature=signing.sign(key, version, name, size, digest) if key else None,
+        signature=(
+            signing.sign(key, version, name, size, digest, purpose=signing.file_purpose(asset.platform, asset.kind))
+            if key
+            else None
+        ),
     )
 
 
@@ -223,7 +228,9 @@ def read_packs(index: Path, version: str, key: Ed25519PrivateKey | None) -> list
                     "or its sha256 differs): rebuild the index with scripts/build-gpu-pack --index."
                 )
         if key:
-            pack.signature = signing.sign(key, version, pack.name, pack.size_bytes, pack.sha256)
+            pack.signature = signing.sign(
+                key, version, pack.name, pack.size_bytes, pack.sha256, purpose=signing.PACK_PURPOSE
+            )
         packs.append(pack)
     return packs
 
@@ -244,6 +251,8 @@ def build_feed(
         Version(version)
     except InvalidVersion as err:
         raise PublishError(f"{version!r} is not a version (the feed needs one like 0.2.0).") from err
+    if notes_url and not is_https(notes_url):
+        raise PublishError(f"The notes URL {notes_url!r} is not an https:// URL; the app shows no other link.")
     return Feed(
         feed=FEED_FORMAT,
         version=version,
@@ -261,9 +270,18 @@ def check_written(text: str, source: str, public: str | None) -> Feed:
     feed = parse_feed(text, source)
     if public:
         for file in feed.files:
-            signing.verify(public, file.signature, feed.version, file.name, file.size, file.sha256)
+            purpose = signing.file_purpose(file.platform, file.kind)
+            signing.verify(public, file.signature, feed.version, file.name, file.size, file.sha256, purpose=purpose)
         for pack in feed.packs:
-            signing.verify(public, pack.signature, feed.version, pack.name, pack.size_bytes, pack.sha256)
+            signing.verify(
+                public,
+                pack.signature,
+                feed.version,
+                pack.name,
+                pack.size_bytes,
+                pack.sha256,
+                purpose=signing.PACK_PURPOSE,
+            )
     return feed
 
 

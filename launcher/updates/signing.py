@@ -6,8 +6,15 @@ its build was given (`build_info.json`'s `update_public_key`, base64) and instal
 signature verifies. A build without a public key (a fork without the secrets, a source checkout)
 refuses every update instead of trusting an unsigned one.
 
-What is signed binds the file to its release: `statement(version, name, size, sha256)`. Signing the
-version too means a feed cannot offer an older signed file as a newer release.
+What is signed binds the file to its release and to what it is for: `statement(version, name, size,
+sha256, purpose=...)`. Signing the version too means a feed cannot offer an older signed file as a
+newer release; signing the purpose (`file_purpose(platform, kind)` for an installer, `PACK_PURPOSE`
+for an engine pack) means a feed cannot present a signed file as another platform's, another kind
+of installation's, or a pack as the app (or the reverse).
+
+What is not signed is the feed as a whole: its notes, its date and which of the release's files it
+lists are the feed server's word. A feed can therefore leave files out or change the notes, but can
+only offer files the release key signed, each for what it was signed for.
 """
 
 from __future__ import annotations
@@ -27,9 +34,20 @@ PUBLIC_KEY_ENV = "LAUNCHER_UPDATE_PUBLIC_KEY"
 """The release variable the build reads: the public key, base64 (scripts/build-app records it)."""
 
 
-def statement(version: str, name: str, size: int, sha256: str) -> bytes:
+PACK_PURPOSE = "pack"
+"""What an engine pack's signature says it is for."""
+
+
+def file_purpose(platform: str, kind: str) -> str:
+    """What an installer's signature says it is for: "file:linux-x86_64:tar.gz"."""
+    return f"file:{platform}:{kind}"
+
+
+def statement(version: str, name: str, size: int, sha256: str, *, purpose: str) -> bytes:
     """The bytes a release signature covers."""
-    return f"launcher release file\nversion {version}\nname {name}\nsize {size}\nsha256 {sha256}\n".encode()
+    return (
+        f"launcher release file\nfor {purpose}\nversion {version}\nname {name}\nsize {size}\nsha256 {sha256}\n"
+    ).encode()
 
 
 def _raw(text: str, what: str) -> bytes:
@@ -65,14 +83,16 @@ def new_key() -> tuple[str, str]:
     return base64.b64encode(seed).decode(), public_text(key)
 
 
-def sign(key: Ed25519PrivateKey, version: str, name: str, size: int, sha256: str) -> str:
-    """The base64 signature of one file of a release."""
-    return base64.b64encode(key.sign(statement(version, name, size, sha256))).decode()
+def sign(key: Ed25519PrivateKey, version: str, name: str, size: int, sha256: str, *, purpose: str) -> str:
+    """The base64 signature of one file of a release, for `purpose` (`file_purpose(...)` or `PACK_PURPOSE`)."""
+    return base64.b64encode(key.sign(statement(version, name, size, sha256, purpose=purpose))).decode()
 
 
-def verify(public: str | None, signature: str | None, version: str, name: str, size: int, sha256: str) -> None:
-    """Raise UpdateError unless `signature` is the release key's over this file; `public` None means
-    this build carries no key, and then nothing is trusted."""
+def verify(
+    public: str | None, signature: str | None, version: str, name: str, size: int, sha256: str, *, purpose: str
+) -> None:
+    """Raise UpdateError unless `signature` is the release key's over this file for `purpose`; `public`
+    None means this build carries no key, and then nothing is trusted."""
     if not public:
         raise UpdateError(
             "This build carries no update key, so it cannot verify updates and installs none; "
@@ -82,7 +102,7 @@ def verify(public: str | None, signature: str | None, version: str, name: str, s
         raise UpdateError(f"{name} in the update feed is not signed; it is refused.")
     try:
         raw = base64.b64decode(signature, validate=True)
-        public_key(public).verify(raw, statement(version, name, size, sha256))
+        public_key(public).verify(raw, statement(version, name, size, sha256, purpose=purpose))
     except (binascii.Error, ValueError, InvalidSignature) as err:
         raise UpdateError(
             f"The signature of {name} does not verify with this app's update key; it is refused."

@@ -80,9 +80,11 @@ class Request:
         return next((value for name, value in self.headers.items() if name.lower() == "range"), None)
 
 
-def tarball(version: str, data: bytes) -> Served:
-    """The release file this machine's unpacked (tar.gz) installation updates from, named as scripts/build-app does."""
-    return Served(this_platform(), "tar.gz", f"launcher-{version}-{this_platform()}.tar.gz", data)
+def tarball(version: str, data: bytes, *, platform: str | None = None) -> Served:
+    """The release file an unpacked (tar.gz) installation updates from, named as scripts/build-app does;
+    for this machine's platform unless told another."""
+    platform = platform or this_platform()
+    return Served(platform, "tar.gz", f"launcher-{version}-{platform}.tar.gz", data)
 
 
 def fake_build(
@@ -126,13 +128,18 @@ def file_entry(version: str, served: Served, *, key: str | None, url: str | None
     }
     if key is not None:
         entry["signature"] = signing.sign(
-            signing.private_key(key), version, served.name, len(served.data), sha256(served.data)
+            signing.private_key(key),
+            version,
+            served.name,
+            len(served.data),
+            sha256(served.data),
+            purpose=signing.file_purpose(served.platform, served.kind),
         )
     return entry
 
 
 def pack_entry(version: str, pack: ServedPack, *, key: str | None, url: str | None = None) -> dict[str, Any]:
-    """The feed's entry for an engine pack, signed over (release version, pack name, size, sha256)."""
+    """The feed's entry for an engine pack, signed over (release version, pack name, size, sha256) as a pack."""
     entry: dict[str, Any] = {
         **pack.fields,
         "name": pack.name,
@@ -143,7 +150,9 @@ def pack_entry(version: str, pack: ServedPack, *, key: str | None, url: str | No
     }
     if key is not None:
         digest = sha256(pack.data)
-        entry["signature"] = signing.sign(signing.private_key(key), version, pack.name, len(pack.data), digest)
+        entry["signature"] = signing.sign(
+            signing.private_key(key), version, pack.name, len(pack.data), digest, purpose=signing.PACK_PURPOSE
+        )
     return entry
 
 

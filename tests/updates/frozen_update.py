@@ -219,6 +219,7 @@ def run(tarball: Path) -> None:
             data = tar.read_bytes()
             feed = make_feed(release, new_version, key, release / FEED_FILE)
             (entry,) = [f for f in feed["files"] if f["kind"] == "tar.gz"]
+            purpose = signing.file_purpose(entry["platform"], entry["kind"])  # what its signature is for
             step(f"release {new_version}: {tar.name}, {len(data) / 2**20:.0f} MiB, signed; feed by make-update-feed")
             server.add(FEED_FILE, (release / FEED_FILE).read_bytes())
 
@@ -237,7 +238,7 @@ def run(tarball: Path) -> None:
             # A feed re-signed with a key that is not the release's.
             other, _ = signing.new_key()
             forged = dict(entry, signature=signing.sign(signing.private_key(other), new_version, tar.name,
-                                                        len(data), entry["sha256"]))  # fmt: skip
+                                                        len(data), entry["sha256"], purpose=purpose))  # fmt: skip
             server.add(FEED_FILE, json.dumps(dict(feed, files=[forged])).encode())
             refused(app, old_version, "a signature by another key", "signature")
             before = len(server.requests_for(tar.name))
@@ -245,7 +246,7 @@ def run(tarball: Path) -> None:
             # A release larger than the free disk, signed: refused before a byte comes.
             huge = shutil.disk_usage(home).free * 4
             digest = hashlib.sha256(b"huge").hexdigest()
-            signature = signing.sign(signing.private_key(key), new_version, tar.name, huge, digest)
+            signature = signing.sign(signing.private_key(key), new_version, tar.name, huge, digest, purpose=purpose)
             big = dict(entry, size=huge, sha256=digest, signature=signature)
             server.add(FEED_FILE, json.dumps(dict(feed, files=[big])).encode())
             refused(app, old_version, "a file larger than the free disk", "disk")

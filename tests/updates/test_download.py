@@ -17,6 +17,7 @@ from launcher.catalog.progress import ProgressEvent
 from launcher.core.errors import DownloadCancelled, UpdateError
 from launcher.updates import check, download, signing
 from launcher.updates.check import UpdateOffer
+from launcher.updates.current import this_platform
 from launcher.updates.feed import FEED_FILE
 from tests.updates.feed_server import FeedServer, ServedPack, fake_build, file_entry, sha256, tarball
 
@@ -116,6 +117,21 @@ def test_a_feed_that_changes_a_signed_fact_is_refused(published: FeedServer, rel
     assert published.requests_for("evil.tar.gz") == [] and _fetches(published) == []
 
 
+def test_a_file_signed_for_another_platform_is_refused_before_any_byte_is_fetched(
+    published: FeedServer, release_key: tuple[str, str]
+) -> None:
+    elsewhere = "linux-arm64" if this_platform() != "linux-arm64" else "linux-x86_64"
+    arm = tarball("0.2.0", APP, platform=elsewhere)  # the release's build for another machine, properly signed
+    relabelled = {**file_entry("0.2.0", arm, key=release_key[0]), "platform": this_platform()}
+    published.add(arm.name, arm.data)
+    published.publish("0.2.0", key=release_key[0], extra={"files": [relabelled]})
+    offer = _offer()
+    assert offer.file is not None and offer.file.name == arm.name
+    with pytest.raises(UpdateError, match=f"The signature of {arm.name} does not verify"):
+        download.download(offer)
+    assert _fetches(published, arm.name) == []
+
+
 def test_a_build_without_a_key_downloads_nothing(
     published: FeedServer, monkeypatch: pytest.MonkeyPatch, frozen_app: Path
 ) -> None:
@@ -140,7 +156,14 @@ def test_a_disk_too_small_for_the_update_is_refused_up_front(
     huge = shutil.disk_usage(download.updates_dir()).free + 1024**3
     entry = file_entry("0.2.0", RELEASE, key=None)
     entry["size"] = huge  # signed as the release would sign a file this big
-    entry["signature"] = signing.sign(signing.private_key(release_key[0]), "0.2.0", RELEASE.name, huge, entry["sha256"])
+    entry["signature"] = signing.sign(
+        signing.private_key(release_key[0]),
+        "0.2.0",
+        RELEASE.name,
+        huge,
+        entry["sha256"],
+        purpose=signing.file_purpose(RELEASE.platform, RELEASE.kind),
+    )
     published.publish("0.2.0", key=release_key[0], extra={"files": [entry]})
     with pytest.raises(UpdateError, match=r"Not enough free disk for the update: it needs .* free there\..*nothing"):
         download.download(_offer())

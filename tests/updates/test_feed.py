@@ -15,6 +15,7 @@ from tests.updates.feed_server import Served, file_entry, sha256
 
 FEED_URL = "https://releases.example/download/v0.2.0/update-feed.json"
 TARBALL = Served("linux-x86_64", "tar.gz", "launcher-0.2.0-linux-x86_64.tar.gz", b"the app" * 100)
+FOR = signing.file_purpose(TARBALL.platform, TARBALL.kind)  # what TARBALL's signature is for
 
 
 def _feed(**fields: Any) -> str:
@@ -97,8 +98,8 @@ def test_versions_compare_as_versions_not_as_text(release: str, current: str, ne
 def test_a_file_signed_by_the_release_key_verifies_and_a_changed_fact_does_not() -> None:
     seed, public = signing.new_key()
     digest = sha256(TARBALL.data)
-    signature = signing.sign(signing.private_key(seed), "0.2.0", TARBALL.name, len(TARBALL.data), digest)
-    signing.verify(public, signature, "0.2.0", TARBALL.name, len(TARBALL.data), digest)
+    signature = signing.sign(signing.private_key(seed), "0.2.0", TARBALL.name, len(TARBALL.data), digest, purpose=FOR)
+    signing.verify(public, signature, "0.2.0", TARBALL.name, len(TARBALL.data), digest, purpose=FOR)
     assert signing.public_text(signing.private_key(seed)) == public
     changed = [
         ("0.3.0", TARBALL.name, len(TARBALL.data), digest),  # an old signed file offered as a newer release
@@ -108,32 +109,69 @@ def test_a_file_signed_by_the_release_key_verifies_and_a_changed_fact_does_not()
     ]
     for version, name, size, other in changed:
         with pytest.raises(UpdateError, match=rf"The signature of {name} does not verify .*; it is refused"):
-            signing.verify(public, signature, version, name, size, other)
+            signing.verify(public, signature, version, name, size, other, purpose=FOR)
+
+
+def test_a_signature_stands_only_for_what_it_was_made_for() -> None:
+    """An installer's signature is for one platform and kind: a feed cannot relabel the arm64 build as
+    the x86_64 one, a .deb as the tar.gz, or present a signed pack as the app (or the reverse)."""
+    seed, public = signing.new_key()
+    digest = sha256(TARBALL.data)
+    facts = ("0.2.0", TARBALL.name, len(TARBALL.data), digest)
+    signature = signing.sign(signing.private_key(seed), *facts, purpose=FOR)
+    assert FOR == "file:linux-x86_64:tar.gz"
+    for other in (signing.file_purpose("linux-arm64", "tar.gz"), signing.file_purpose("linux-x86_64", "deb")):
+        with pytest.raises(UpdateError, match="does not verify"):
+            signing.verify(public, signature, *facts, purpose=other)
+    with pytest.raises(UpdateError, match="does not verify"):
+        signing.verify(public, signature, *facts, purpose=signing.PACK_PURPOSE)
+    as_pack = signing.sign(signing.private_key(seed), *facts, purpose=signing.PACK_PURPOSE)
+    with pytest.raises(UpdateError, match="does not verify"):
+        signing.verify(public, as_pack, *facts, purpose=FOR)
+    assert signing.statement(*facts, purpose=FOR).startswith(b"launcher release file\nfor file:linux-x86_64:tar.gz\n")
+
+
+@pytest.mark.parametrize(
+    ("notes_url", "kept"),
+    [
+        ("https://github.com/o/r/releases/tag/v0.2.0", True),
+        ("HTTPS://example.org/notes", True),
+        ("http://example.org/notes", False),
+        ("file:///etc/passwd", False),
+        ("javascript:alert(1)", False),
+        ("https:relative", False),
+        ("/releases/tag/v0.2.0", False),
+        ("https://example.org/a b", False),
+    ],
+)
+def test_only_an_https_notes_link_is_kept(notes_url: str, kept: bool) -> None:
+    feed = parse_feed(_feed(notes_url=notes_url), FEED_URL)
+    assert feed.notes_url == (notes_url if kept else None)
 
 
 def test_a_signature_from_another_key_or_garbled_is_refused() -> None:
     seed, _ = signing.new_key()
     _, other_public = signing.new_key()
     digest = sha256(TARBALL.data)
-    signature = signing.sign(signing.private_key(seed), "0.2.0", TARBALL.name, len(TARBALL.data), digest)
+    signature = signing.sign(signing.private_key(seed), "0.2.0", TARBALL.name, len(TARBALL.data), digest, purpose=FOR)
     for public, garbled in ((other_public, signature), (signing.new_key()[1], "not base64!")):
         with pytest.raises(UpdateError, match="does not verify with this app's update key"):
-            signing.verify(public, garbled, "0.2.0", TARBALL.name, len(TARBALL.data), digest)
+            signing.verify(public, garbled, "0.2.0", TARBALL.name, len(TARBALL.data), digest, purpose=FOR)
 
 
 def test_an_unsigned_file_is_refused_even_by_a_build_with_a_key() -> None:
     _, public = signing.new_key()
     with pytest.raises(UpdateError, match=rf"{TARBALL.name} in the update feed is not signed; it is refused"):
-        signing.verify(public, None, "0.2.0", TARBALL.name, len(TARBALL.data), sha256(TARBALL.data))
+        signing.verify(public, None, "0.2.0", TARBALL.name, len(TARBALL.data), sha256(TARBALL.data), purpose=FOR)
 
 
 def test_a_build_without_a_key_refuses_every_update_even_a_signed_one() -> None:
     seed, _ = signing.new_key()
     digest = sha256(TARBALL.data)
-    signature = signing.sign(signing.private_key(seed), "0.2.0", TARBALL.name, len(TARBALL.data), digest)
+    signature = signing.sign(signing.private_key(seed), "0.2.0", TARBALL.name, len(TARBALL.data), digest, purpose=FOR)
     for public in (None, ""):
         with pytest.raises(UpdateError, match=r"This build carries no update key.*releases page"):
-            signing.verify(public, signature, "0.2.0", TARBALL.name, len(TARBALL.data), digest)
+            signing.verify(public, signature, "0.2.0", TARBALL.name, len(TARBALL.data), digest, purpose=FOR)
 
 
 @pytest.mark.parametrize(
@@ -141,6 +179,6 @@ def test_a_build_without_a_key_refuses_every_update_even_a_signed_one() -> None:
 )
 def test_a_malformed_key_says_what_is_wrong_with_it(key: str, problem: str) -> None:
     with pytest.raises(UpdateError, match=f"The update public key {problem}"):
-        signing.verify(key, "c2ln", "0.2.0", TARBALL.name, 1, "a" * 64)
+        signing.verify(key, "c2ln", "0.2.0", TARBALL.name, 1, "a" * 64, purpose=FOR)
     with pytest.raises(UpdateError, match=f"The signing key {problem}"):
         signing.private_key(key)

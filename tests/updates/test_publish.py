@@ -120,11 +120,35 @@ def test_a_signed_feed_lists_every_file_with_size_hash_and_a_signature_the_app_a
         assert file.sha256 == hashlib.sha256(data).hexdigest()
         # Relative in the feed, so the app finds each file beside the feed it read.
         assert file.url == FEED_URL.rsplit("/", 1)[0] + "/" + file.name
-        signing.verify(public, file.signature, feed.version, file.name, file.size, file.sha256)
+        signing.verify(
+            public,
+            file.signature,
+            feed.version,
+            file.name,
+            file.size,
+            file.sha256,
+            purpose=signing.file_purpose(file.platform, file.kind),
+        )
         with pytest.raises(UpdateError, match="does not verify"):
-            signing.verify(other_public, file.signature, feed.version, file.name, file.size, file.sha256)
+            signing.verify(
+                other_public,
+                file.signature,
+                feed.version,
+                file.name,
+                file.size,
+                file.sha256,
+                purpose=signing.file_purpose(file.platform, file.kind),
+            )
         with pytest.raises(UpdateError, match="does not verify"):  # the signature binds the release's version
-            signing.verify(public, file.signature, "0.3.0", file.name, file.size, file.sha256)
+            signing.verify(
+                public,
+                file.signature,
+                "0.3.0",
+                file.name,
+                file.size,
+                file.sha256,
+                purpose=signing.file_purpose(file.platform, file.kind),
+            )
     assert "signed" in result.stdout and "UNSIGNED" not in result.stdout
 
 
@@ -140,9 +164,25 @@ def test_without_the_key_the_feed_is_unsigned_with_a_warning_and_the_app_refuses
     for file in feed.files:
         assert file.signature is None
         with pytest.raises(UpdateError, match="not signed"):
-            signing.verify(public, file.signature, feed.version, file.name, file.size, file.sha256)
+            signing.verify(
+                public,
+                file.signature,
+                feed.version,
+                file.name,
+                file.size,
+                file.sha256,
+                purpose=signing.file_purpose(file.platform, file.kind),
+            )
         with pytest.raises(UpdateError, match="no update key"):  # and a build without a key trusts nothing
-            signing.verify(None, file.signature, feed.version, file.name, file.size, file.sha256)
+            signing.verify(
+                None,
+                file.signature,
+                feed.version,
+                file.name,
+                file.size,
+                file.sha256,
+                purpose=signing.file_purpose(file.platform, file.kind),
+            )
 
 
 def test_the_builds_public_key_without_the_secret_is_said_too(tmp_path: Path) -> None:
@@ -168,6 +208,17 @@ def test_a_signing_key_that_is_not_a_key_is_refused(tmp_path: Path) -> None:
     result = _make_feed(tmp_path, tmp_path / "artifacts", env=_env("not a key"))
     assert result.returncode == 1
     assert signing.SIGNING_KEY_ENV in result.stderr and "does not hold a signing key" in result.stderr
+
+
+def test_a_notes_url_that_is_not_https_is_refused(tmp_path: Path) -> None:
+    """The app shows only an https:// link (its parser drops any other): a feed must not lose it silently."""
+    _release(tmp_path / "artifacts")
+    result = _make_feed(
+        tmp_path, "--notes-url", "http://releases.example/tag/v0.2.0", tmp_path / "artifacts", env=_env()
+    )
+    assert result.returncode == 1
+    assert "'http://releases.example/tag/v0.2.0' is not an https:// URL" in result.stderr
+    assert not (tmp_path / "out" / FEED_FILE).exists()
 
 
 def test_a_base_url_makes_the_file_urls_absolute(tmp_path: Path) -> None:
@@ -226,7 +277,9 @@ def test_the_pack_index_is_carried_over_with_each_pack_signed(tmp_path: Path) ->
             entry["engine_version"],
         )
         assert pack.model_extra is not None and pack.model_extra["backend"] == entry["backend"]
-        signing.verify(public, pack.signature, feed.version, pack.name, pack.size_bytes, pack.sha256)
+        signing.verify(
+            public, pack.signature, feed.version, pack.name, pack.size_bytes, pack.sha256, purpose=signing.PACK_PURPOSE
+        )
     # The feed is also a pack index the app's pack module reads.
     as_index = gpu_packs.read_index((tmp_path / "out" / FEED_FILE).read_text(encoding="utf-8"), "the feed")
     cuda = next(entry for entry in as_index.packs if entry.backend == "cuda")
@@ -291,8 +344,8 @@ def test_update_key_makes_a_pair_and_says_where_each_half_goes(tmp_path: Path) -
     assert secret and variable, result.stdout
     key = signing.private_key(secret[1])
     assert signing.public_text(key) == variable[1]
-    signature = signing.sign(key, VERSION, "f", 1, "0" * 64)
-    signing.verify(variable[1], signature, VERSION, "f", 1, "0" * 64)
+    signature = signing.sign(key, VERSION, "f", 1, "0" * 64, purpose="test")
+    signing.verify(variable[1], signature, VERSION, "f", 1, "0" * 64, purpose="test")
     shown = _run(UPDATE_KEY, "--public", env=_env(secret[1]))
     assert shown.returncode == 0 and shown.stdout.strip() == variable[1]
     missing = _run(UPDATE_KEY, "--public", env=_env())
