@@ -1,0 +1,604 @@
+"""Markdown for the Chat page's transcript, rendered a block at a time so long streamed answers stay smooth.
+
+A 20,000-token answer arrives a few characters at a time. Rendering the whole message again on each
+delta costs O(length) per delta, O(length²) in all, and stalls the window. So `split_stream` cuts the
+text into blocks that never change once complete (prose runs cut at safe paragraph boundaries, and
+fenced code blocks) and an unfinished tail. `MarkdownBody` renders each complete block once into its
+own small widget and renders only the tail again (the transcript calls `render` at most every ~50 ms).
+
+Prose goes through Qt's own CommonMark/GitHub reader (`QTextDocument.setMarkdown`, raw HTML shown as
+text, no images fetched). Code blocks are highlighted with Pygments into character formats and carry
+a Copy button that copies exactly the code; a long code block is itself frozen in chunks, so only its
+last lines are highlighted again while it streams.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Literal
+
+from PySide6.QtCore import QSize, Qt, QUrl, Signal
+from PySide6.QtGui import QColor, QFont, QGuiApplication, QPalette, QTextCharFormat, QTextCursor, QTextDocument
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QSizePolicy,
+    QTextBrowser,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from launcher.ui import theme
+
+# A prose tail longer than this is cut at its last safe paragraph boundary; longer than HARD_LIMIT, at
+# its last line break even where that splits a list (rendering cost beats a list's continuity).
+SOFT_LIMIT = 1200
+HARD_LIMIT = 4000
+# A streaming code block freezes its highlighted lines in chunks of about this size.
+CODE_FREEZE_CHARS = 1500
+
+MARKDOWN_FEATURES = QTextDocument.MarkdownFeature(
+    QTextDocument.MarkdownFeature.MarkdownDialectGitHub.value | QTextDocument.MarkdownFeature.MarkdownNoHTML.value
+)
+LIGHT_CODE_STYLE = "default"
+DARK_CODE_STYLE = "github-dark"
+# Warmed up off the UI thread: a Pygments lexer compiles its rules on first use (tens of ms for Python).
+COMMON_LANGUAGES = ("python", "javascript", "typescript", "bash", "json", "cpp", "rust", "go", "html", "sql")
+
+_FENCE_OPEN = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
+_FENCE_CLOSE = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*$")
+# A last, still unfinished line that may be becoming a fence: hidden until it is complete, so the
+# transcript does not flash "``" as text before the code block appears.
+_PARTIAL_FENCE = re.compile(r" {0,3}(?:`{1,2}|~{1,2}|(?:`{3,}|~{3,})[^`\n]*)\Z")
+# A line that may continue a list or an indented block after a blank line: not a safe place to cut.
+_CONTINUES = re.compile(r"^(?:[ \t]|[-+*](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$))")
+
+
+@dataclass(frozen=True)
+class Block:
+    """A piece of a message: markdown prose, or a fenced code block's code and language."""
+
+    kind: Literal["markdown", "code"]
+    text: str
+    language: str = ""
+    end: int = 0  # where the block's source ends in the message (a complete block's renderer resumes there)
+
+
+@dataclass(frozen=True)
+class Split:
+    """`blocks` are complete and never change; the tail from `offset` is still growing (shown as `tail`)."""
+
+    blocks: list[Block]
+    offset: int
+    tail: Block | None
+
+
+def _lines(text: str, start: int, *, final: bool) -> Iterator[tuple[int, int, int]]:
+    """(line start, line end, next line start) of each complete line from `start`; the last one only when final."""
+    pos, size = start, len(text)
+    while pos < size:
+        end = text.find("\n", pos)
+        if end == -1:
+            if final:
+                yield pos, size, size
+            return
+        yield pos, end, end + 1
+        pos = end + 1
+
+
+def _prose_blocks(text: str, lo: int, hi: int, *, limit: int = SOFT_LIMIT) -> list[Block]:
+    """Complete prose text[lo:hi] as blocks of about `limit` characters or more, cut only at safe boundaries."""
+    blocks = []
+    start = lo
+    for cut in _boundaries(text, lo, hi)[0]:
+        if cut - start >= limit:
+            blocks.append(Block("markdown", text[start:cut], end=cut))
+            start = cut
+    if text[start:hi].strip():
+        blocks.append(Block("markdown", text[start:hi], end=hi))
+    return blocks
+
+
+def _boundaries(text: str, lo: int, hi: int) -> tuple[list[int], int, int]:
+    """Places in text[lo:hi] (complete lines) where the prose before them can render on its own.
+
+    Safe: after a blank line, before a line that starts at the margin and is no list item (so it ends
+    any list, quote or paragraph before it). Also returned: the last line start after a blank line
+    and the last line start (`lo` when none), the fallbacks of an overlong tail.
+    """
+    safe: list[int] = []
+    after_blank = any_line = lo
+    previous_blank = False
+    for start, end, _next in _lines(text, lo, final=True):
+        if end > hi or start >= hi:
+            break
+        line = text[start:end]
+        blank = not line.strip()
+        if start > lo:
+            any_line = start
+            if previous_blank and not blank:
+                after_blank = start
+                if not _CONTINUES.match(line):
+                    safe.append(start)
+        previous_blank = blank
+    return safe, after_blank, any_line
+
+
+def _safe_cut(text: str, lo: int, hi: int, *, hard: bool) -> int:
+    """The last safe boundary in text[lo:hi]; `hard`: else the last line after a blank line, else the
+    last line start. `lo` when there is none."""
+    safe, after_blank, any_line = _boundaries(text, lo, hi)
+    if safe:
+        return safe[-1]
+    if not hard:
+        return lo
+    return after_blank if after_blank > lo else any_line
+
+
+def _code_text(lines: str) -> str:
+    """A fenced block's code: its lines without the line break that ends the last one (not part of the code)."""
+    return lines[:-1] if lines.endswith("\n") else lines
+
+
+def _hide_partial_fence(text: str) -> str:
+    last_line = text.rfind("\n") + 1
+    return text[:last_line] if _PARTIAL_FENCE.match(text, last_line) else text
+
+
+def split_stream(text: str, start: int = 0, *, final: bool = False) -> Split:
+    """Cut text[start:] into complete blocks and the growing tail (`final`: the text is complete)."""
+    blocks: list[Block] = []
+    prose_start = start
+    fence: tuple[str, int, int, int, str] | None = None  # (char, length, opener start, code start, language)
+    scanned = start  # the start of the first line not yet complete
+    for line_start, line_end, next_start in _lines(text, start, final=final):
+        line = text[line_start:line_end]
+        scanned = next_start
+        if fence is None:
+            opened = _FENCE_OPEN.match(line)
+            if opened and not (opened.group(2)[0] == "`" and "`" in opened.group(3)):
+                blocks.extend(_prose_blocks(text, prose_start, line_start))
+                info = opened.group(3).strip()
+                language = info.split()[0] if info else ""
+                fence = (opened.group(2)[0], len(opened.group(2)), line_start, next_start, language)
+        else:
+            closed = _FENCE_CLOSE.match(line)
+            if closed and closed.group(1)[0] == fence[0] and len(closed.group(1)) >= fence[1]:
+                blocks.append(Block("code", _code_text(text[fence[3] : line_start]), fence[4], next_start))
+                fence = None
+                prose_start = next_start
+    if fence is not None:
+        code = text[fence[3] :]
+        if final:
+            blocks.append(Block("code", _code_text(code), fence[4], len(text)))
+            return Split(blocks, len(text), None)
+        return Split(blocks, fence[2], Block("code", _hide_partial_fence(code), fence[4]))
+    if final:
+        blocks.extend(_prose_blocks(text, prose_start, len(text)))
+        return Split(blocks, len(text), None)
+    if len(text) - prose_start > SOFT_LIMIT:
+        cut = _safe_cut(text, prose_start, scanned, hard=len(text) - prose_start > HARD_LIMIT)
+        if cut > prose_start:
+            blocks.append(Block("markdown", text[prose_start:cut], end=cut))
+            prose_start = cut
+    tail = _hide_partial_fence(text[prose_start:])
+    return Split(blocks, prose_start, Block("markdown", tail) if tail.strip() else None)
+
+
+# --- Pygments -------------------------------------------------------------------------------------
+
+
+@cache
+def _lexer_aliases() -> frozenset[str]:
+    from pygments.lexers import get_all_lexers
+
+    # Only the built-in lexers: looking for plugins scans every installed package's metadata (slow).
+    return frozenset(alias for _name, aliases, _files, _mimes in get_all_lexers(plugins=False) for alias in aliases)
+
+
+@cache
+def lexer_for(language: str) -> Any | None:
+    """The Pygments lexer for a fence's language ("py", "js", "c++"...); None: plain text."""
+    name = language.lower().strip().lstrip(".")
+    if not name or name not in _lexer_aliases():
+        return None
+    from pygments.lexers import get_lexer_by_name
+
+    # stripnl/ensurenl off: the highlighted text must be exactly the code (the tokens are inserted as is).
+    return get_lexer_by_name(name, stripnl=False, ensurenl=False)
+
+
+def warm_up() -> None:
+    """Load the common lexers (run off the UI thread): the first Python block then costs no stall."""
+    for language in COMMON_LANGUAGES:
+        lexer = lexer_for(language)
+        if lexer is not None:
+            for _token in lexer.get_tokens("x = 1\n"):
+                pass
+    code_formats(LIGHT_CODE_STYLE)
+    code_formats(DARK_CODE_STYLE)
+
+
+@dataclass(frozen=True)
+class CodeStyle:
+    """A Pygments style as Qt formats: the block's colours and one char format per token type."""
+
+    background: str
+    foreground: str
+    plain: QTextCharFormat
+    formats: dict[Any, QTextCharFormat]
+
+    def format_for(self, token_type: Any) -> QTextCharFormat:
+        """The format of a token type (its nearest styled parent's)."""
+        while token_type not in self.formats and token_type.parent is not None:
+            token_type = token_type.parent
+        return self.formats.get(token_type, self.plain)
+
+
+@cache
+def code_formats(style_name: str) -> CodeStyle:
+    """A Pygments style's colours as QTextCharFormats (cached: built once per style)."""
+    from pygments.styles import get_style_by_name
+    from pygments.token import Token
+
+    style = get_style_by_name(style_name)
+    dark = QColor(style.background_color).lightness() < 128
+    default = style.style_for_token(Token).get("color")
+    foreground = f"#{default}" if default else ("#e6edf3" if dark else "#1f2328")
+    formats: dict[Any, QTextCharFormat] = {}
+    for token_type in style.styles:
+        spec = style.style_for_token(token_type)
+        fmt = QTextCharFormat()
+        fmt.setForeground(QColor(f"#{spec['color']}" if spec["color"] else foreground))
+        if spec["bold"]:
+            fmt.setFontWeight(QFont.Weight.Bold)
+        if spec["italic"]:
+            fmt.setFontItalic(True)
+        if spec["underline"]:
+            fmt.setFontUnderline(True)
+        formats[token_type] = fmt
+    plain = QTextCharFormat()
+    plain.setForeground(QColor(foreground))
+    return CodeStyle(style.background_color, foreground, plain, formats)
+
+
+def code_style_name(palette: QPalette) -> str:
+    """The code style that reads on this palette."""
+    return DARK_CODE_STYLE if theme.is_dark(palette) else LIGHT_CODE_STYLE
+
+
+# --- widgets --------------------------------------------------------------------------------------
+
+
+@cache
+def _monospace() -> QFont:
+    return theme.monospace_font()
+
+
+class AutoHeightBrowser(QTextBrowser):
+    """A read-only rich-text box exactly as tall as its text: the transcript scrolls, never the box.
+
+    Links open in the browser; images an answer names are never loaded (no file or network access
+    on the model's say-so). The wheel goes to the transcript.
+    """
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setOpenExternalLinks(True)
+        self.setUndoRedoEnabled(False)
+        self.setFocusPolicy(Qt.FocusPolicy.ClickFocus)  # selectable, but not one Tab stop per paragraph
+        palette = self.palette()
+        palette.setColor(QPalette.ColorRole.Base, QColor(Qt.GlobalColor.transparent))
+        self.setPalette(palette)
+        self.viewport().setAutoFillBackground(False)
+        document = self.document()
+        document.setDocumentMargin(2)
+        document.documentLayout().documentSizeChanged.connect(self._fit)
+        self.setFixedHeight(8)
+
+    def _fit(self, size: Any) -> None:
+        height = math.ceil(size.height()) + 2 * self.frameWidth()
+        if height != self.height():
+            self.setFixedHeight(height)
+
+    def sizeHint(self) -> QSize:
+        return QSize(super().sizeHint().width(), self.height())
+
+    def loadResource(self, kind: int, url: QUrl) -> Any:
+        return None
+
+    def wheelEvent(self, event: Any) -> None:
+        event.ignore()
+
+
+class ProseView(AutoHeightBrowser):
+    """One markdown block, rendered by Qt's markdown reader."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setAccessibleName("Message text")
+        self._markdown = ""
+
+    def markdown(self) -> str:
+        """The markdown source shown."""
+        return self._markdown
+
+    def set_markdown(self, text: str) -> None:
+        """Show `text` (skipped when unchanged)."""
+        if text != self._markdown:
+            self._markdown = text
+            self.document().setMarkdown(text, MARKDOWN_FEATURES)
+
+
+class CodeBlockView(QFrame):
+    """A fenced code block: its language, a Copy button (copies exactly the code) and the highlighted code.
+
+    While the block streams, `set_code` is called with the growing code: lines before the last chunk
+    boundary are highlighted once and frozen, so each update highlights only the last lines.
+    """
+
+    copied = Signal(str)
+
+    def __init__(self, language: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("ChatCode")
+        self.language = language
+        self._code = ""
+        self._frozen = ""  # the start of the code that is highlighted and never touched again
+        self._frozen_end = 0  # its end in the document
+        self._style = ""
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 4, 8, 6)
+        layout.setSpacing(2)
+        header = QHBoxLayout()
+        self.language_label = QLabel(language or "code")
+        self.language_label.setObjectName("Muted")
+        self.copy_button = small_button("Copy", "Copy code", self.copy)
+        self.copy_button.setAccessibleDescription(f"Copy the {language or 'code'} block")
+        header.addWidget(self.language_label)
+        header.addStretch(1)
+        header.addWidget(self.copy_button)
+        layout.addLayout(header)
+        self.view = AutoHeightBrowser(self)
+        self.view.setAccessibleName(f"Code ({language})" if language else "Code")
+        self.view.setLineWrapMode(QTextBrowser.LineWrapMode.WidgetWidth)
+        self.view.setWordWrapMode(self.view.wordWrapMode().WrapAtWordBoundaryOrAnywhere)
+        document = self.view.document()
+        document.setDefaultFont(_monospace())
+        option = document.defaultTextOption()
+        option.setTabStopDistance(4 * self.view.fontMetrics().horizontalAdvance(" "))
+        document.setDefaultTextOption(option)
+        layout.addWidget(self.view)
+
+    def code(self) -> str:
+        """The code shown (what Copy copies)."""
+        return self._code
+
+    def copy(self) -> None:
+        """Put exactly the code on the clipboard."""
+        QGuiApplication.clipboard().setText(self._code)
+        self.copied.emit(self._code)
+
+    def set_code(self, code: str, *, final: bool = True) -> None:
+        """Show `code`; while streaming (`final` False) freeze complete chunks so updates stay small."""
+        style = code_style_name(self.palette())
+        if style != self._style or not code.startswith(self._frozen):
+            self._restart(style)
+        self._code = code
+        live = code[len(self._frozen) :]
+        if not final and len(live) > CODE_FREEZE_CHARS:
+            cut = _code_cut(live)
+            if cut > 0:
+                self._replace_live(live[:cut])
+                self._frozen += live[:cut]
+                self._frozen_end = self.view.document().characterCount() - 1
+                live = live[cut:]
+        self._replace_live(live)
+        if final:
+            self._frozen = code
+            self._frozen_end = self.view.document().characterCount() - 1
+
+    def restyle(self) -> None:
+        """Highlight again in the current palette's code style (the theme changed)."""
+        if code_style_name(self.palette()) != self._style:
+            self.set_code(self._code)
+
+    def _restart(self, style: str) -> None:
+        self._style = style
+        self._frozen = ""
+        self._frozen_end = 0
+        colours = code_formats(style)
+        palette = self.view.palette()
+        palette.setColor(QPalette.ColorRole.Text, QColor(colours.foreground))
+        self.view.setPalette(palette)
+        self.view.document().clear()
+
+    def _replace_live(self, text: str) -> None:
+        document = self.view.document()
+        cursor = QTextCursor(document)
+        cursor.beginEditBlock()
+        cursor.setPosition(self._frozen_end)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        colours = code_formats(self._style)
+        lexer = lexer_for(self.language)
+        if lexer is None:
+            cursor.insertText(text, colours.plain)
+        else:
+            # Runs of the same format go in one call: fewer crossings into Qt.
+            run: list[str] = []
+            run_format: QTextCharFormat | None = None
+            for token_type, value in lexer.get_tokens(text):
+                fmt = colours.format_for(token_type)
+                if fmt is not run_format and run:
+                    cursor.insertText("".join(run), run_format)
+                    run = []
+                run_format = fmt
+                run.append(value)
+            if run:
+                cursor.insertText("".join(run), run_format)
+        cursor.endEditBlock()
+
+
+def _code_cut(live: str) -> int:
+    """Where to freeze a streaming code chunk: after its last blank line (lexers are usually back in
+    their initial state there), else after its last complete line once the chunk is long."""
+    blank = live.rfind("\n\n", 0, len(live) - 1)
+    if blank > 0:
+        return blank + 2
+    return live.rfind("\n") + 1 if len(live) > 2 * CODE_FREEZE_CHARS else 0
+
+
+def small_button(text: str, accessible_name: str, slot: Any) -> QToolButton:
+    """A flat text button with an accessible name (screen readers and tests find it by that name)."""
+    button = QToolButton()
+    button.setText(text)
+    button.setAccessibleName(accessible_name)
+    button.setToolTip(accessible_name)
+    button.setAutoRaise(True)
+    button.setCursor(Qt.CursorShape.PointingHandCursor)
+    button.clicked.connect(slot)
+    return button
+
+
+class MarkdownBody(QWidget):
+    """A message's markdown, growing by `append` and shown by `render` (complete blocks once, the tail again)."""
+
+    code_copied = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._parts: list[str] = []
+        self._offset = 0  # text before this is rendered into frozen widgets
+        self._live: ProseView | CodeBlockView | None = None
+        self._layout = QVBoxLayout(self)
+        self._layout.setContentsMargins(0, 0, 0, 0)
+        self._layout.setSpacing(4)
+
+    def text(self) -> str:
+        """The whole markdown received so far."""
+        if len(self._parts) > 1:
+            self._parts = ["".join(self._parts)]
+        return self._parts[0] if self._parts else ""
+
+    def append(self, delta: str) -> None:
+        """Add streamed text (shown at the next `render`)."""
+        self._parts.append(delta)
+
+    def set_text(self, text: str) -> None:
+        """Show a complete text at once."""
+        self.clear()
+        self._parts = [text]
+        self.render(final=True)
+
+    def clear(self) -> None:
+        """Remove everything."""
+        self._parts = []
+        self._offset = 0
+        self._live = None
+        while self._layout.count():
+            item = self._layout.takeAt(0)
+            widget = item.widget() if item is not None else None
+            if widget is not None:
+                widget.hide()
+                widget.deleteLater()
+
+    def blocks(self) -> list[ProseView | CodeBlockView]:
+        """The rendered block widgets, in order."""
+        widgets = (self._layout.itemAt(i).widget() for i in range(self._layout.count()))
+        return [w for w in widgets if isinstance(w, ProseView | CodeBlockView)]
+
+    def code_blocks(self) -> list[CodeBlockView]:
+        """The code block widgets, in order."""
+        return [w for w in self.blocks() if isinstance(w, CodeBlockView)]
+
+    def render(self, *, final: bool = False, budget_s: float | None = None) -> bool:
+        """Render what arrived: new complete blocks once, then the tail (`final`: the text is complete).
+
+        With `budget_s`, stop adding blocks once that much time is spent (at least one is added) and
+        return False, and leave the tail to the next call when blocks were added: the caller renders
+        again soon, and the event loop runs in between. A burst of text (a slow machine, a backlog)
+        is then shown over several short steps, never one long stall.
+        """
+        deadline = None if budget_s is None else time.perf_counter() + budget_s
+        text = self.text()
+        split = split_stream(text, self._offset, final=final)
+        for index, block in enumerate(split.blocks):
+            if deadline is not None and index and time.perf_counter() > deadline:
+                return False  # the tail waits too: it is further on than what is shown
+            self._commit(block)
+            self._offset = block.end
+        self._offset = split.offset
+        if deadline is not None and split.blocks:
+            return False  # the tail in the next step: one step adds blocks or renders the tail, not both
+        tail = split.tail
+        if tail is None:
+            self._drop_live()
+            return True
+        elif tail.kind == "code":
+            live = self._live
+            if not (isinstance(live, CodeBlockView) and live.language == tail.language):
+                live = self._new_live(CodeBlockView(tail.language))
+            live.set_code(tail.text, final=False)
+        else:
+            live = self._live
+            if not isinstance(live, ProseView):
+                live = self._new_live(ProseView())
+            live.set_markdown(tail.text)
+        return True
+
+    def _commit(self, block: Block) -> None:
+        live, self._live = self._live, None
+        if block.kind == "code":
+            if isinstance(live, CodeBlockView) and live.language == block.language:
+                live.set_code(block.text, final=True)  # keeps its frozen chunks
+                return
+            widget: ProseView | CodeBlockView = CodeBlockView(block.language)
+        else:
+            if isinstance(live, ProseView):
+                live.set_markdown(block.text)
+                return
+            widget = ProseView()
+        if live is not None:
+            self._remove(live)
+        self._add(widget)
+        if isinstance(widget, CodeBlockView):
+            widget.set_code(block.text, final=True)
+        else:
+            widget.set_markdown(block.text)
+
+    def _new_live(self, widget: Any) -> Any:
+        self._drop_live()
+        self._add(widget)
+        self._live = widget
+        return widget
+
+    def _drop_live(self) -> None:
+        if self._live is not None:
+            self._remove(self._live)
+            self._live = None
+
+    def _add(self, widget: ProseView | CodeBlockView) -> None:
+        if isinstance(widget, CodeBlockView):
+            widget.copied.connect(self.code_copied)
+        # Laid out at the body's width from the start: no first layout at a default width.
+        widget.resize(max(self.width(), 200), widget.height())
+        # No show(): showing a child activates every layout above it at once; the layout's own
+        # (queued) show happens once per event-loop pass, with the next layout and paint.
+        self._layout.addWidget(widget)
+
+    def _remove(self, widget: QWidget) -> None:
+        self._layout.removeWidget(widget)
+        widget.hide()
+        widget.deleteLater()

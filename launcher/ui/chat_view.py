@@ -1,0 +1,785 @@
+"""The Chat page's transcript: messages rendered as markdown, and a streamed answer that never stalls the window.
+
+`ChatView` shows a conversation's stored messages (`set_messages`, `add_message`) and streams a reply
+into the last one (`begin_assistant`, `append_text`, `append_reasoning`, `finish`). A delta is only
+collected when it arrives; a single-shot timer renders what has come at most every
+RENDER_INTERVAL_MS (longer while rendering is slow on a busy machine), and rendering touches only
+the message's unfinished tail (launcher/ui/chat_markdown.py), so a 20,000-token answer costs the
+event loop a few milliseconds at a time.
+
+Each message has Copy (its raw markdown); the last user message has Edit and the last answer
+Regenerate, which the page acts on. Thinking is folded under "Reasoning". A tool call shows as a
+`ToolCallCard` that asks Allow once / Always allow / Deny, then shows the result.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
+from PySide6.QtGui import QGuiApplication, QPalette, QTextCursor
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QSizePolicy,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from launcher.ui import theme, workers
+from launcher.ui.chat_markdown import (
+    AutoHeightBrowser,
+    CodeBlockView,
+    MarkdownBody,
+    code_formats,
+    code_style_name,
+    small_button,
+    warm_up,
+)
+
+if TYPE_CHECKING:
+    from launcher.chat.store import Message
+
+RENDER_INTERVAL_MS = 50  # a streamed message is rendered again at most this often
+RENDER_BUDGET_S = 0.004  # one render adds new blocks for about this long, then lets the event loop run
+BACKLOG_STEP_MS = 1
+SHOWN_CHARS = 4000  # a tool call's arguments or result beyond this are cut in the card (Copy copies all)
+DENIED_TEXT = "The user denied this call."  # what launcher.chat.session tells the model on Deny
+_FOLLOW_SLACK_PX = 24  # this close to the bottom still counts as "at the bottom": keep following the answer
+_warmed = False
+
+
+class ReasoningFold(QWidget):
+    """The model's thinking, folded under a toggle ("Thinking…", "Thought for 4 s", "Reasoning")."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._parts: list[str] = []
+        self._shown = 0  # characters of the text already in the view (it grows by appending)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        self.toggle = QToolButton()
+        self.toggle.setText("Reasoning")
+        self.toggle.setAccessibleName("Reasoning")
+        self.toggle.setCheckable(True)
+        self.toggle.setAutoRaise(True)
+        self.toggle.setArrowType(Qt.ArrowType.RightArrow)
+        self.toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.toggle.toggled.connect(self.set_expanded)
+        self.view = AutoHeightBrowser()
+        self.view.setAccessibleName("Reasoning text")
+        palette = self.view.palette()
+        palette.setColor(QPalette.ColorRole.Text, theme.MUTED)
+        self.view.setPalette(palette)
+        self.view.hide()
+        layout.addWidget(self.toggle, 0, Qt.AlignmentFlag.AlignLeft)
+        layout.addWidget(self.view)
+
+    def text(self) -> str:
+        """All the reasoning received."""
+        if len(self._parts) > 1:
+            self._parts = ["".join(self._parts)]
+        return self._parts[0] if self._parts else ""
+
+    def append(self, delta: str) -> None:
+        """Add streamed thinking (shown at the next `render` when unfolded)."""
+        self._parts.append(delta)
+
+    def set_text(self, text: str) -> None:
+        """Show a complete reasoning text."""
+        self._parts = [text]
+        self._shown = 0
+        self.view.clear()
+        self.render()
+
+    def set_title(self, title: str) -> None:
+        """The toggle's label."""
+        self.toggle.setText(title)
+
+    def is_expanded(self) -> bool:
+        """Whether the reasoning is unfolded."""
+        return self.toggle.isChecked()
+
+    def set_expanded(self, expanded: bool) -> None:
+        """Unfold or fold."""
+        if self.toggle.isChecked() != expanded:
+            self.toggle.setChecked(expanded)  # comes back here through `toggled`
+            return
+        self.toggle.setArrowType(Qt.ArrowType.DownArrow if expanded else Qt.ArrowType.RightArrow)
+        self.view.setVisible(expanded)
+        self.render()
+
+    def render(self) -> None:
+        """Append what arrived to the view (only while unfolded: folded thinking costs nothing)."""
+        if not self.is_expanded():
+            return
+        text = self.text()
+        if len(text) > self._shown:
+            cursor = QTextCursor(self.view.document())
+            cursor.movePosition(QTextCursor.MoveOperation.End)
+            cursor.insertText(text[self._shown :])
+            self._shown = len(text)
+
+
+class ToolCallCard(QFrame):
+    """A tool call the model asks for: its arguments, the question (Allow once / Always allow / Deny), then
+    the result. `decided(call_id, decision)` carries "once", "always" or "deny"."""
+
+    decided = Signal(str, str)
+
+    def __init__(
+        self, call_id: str, qualified: str, arguments: dict[str, Any] | str, parent: QWidget | None = None
+    ) -> None:
+        super().__init__(parent)
+        self.setObjectName("ChatTool")
+        self.call_id = call_id
+        self.qualified = qualified
+        self.arguments = arguments
+        self.decision: str | None = None
+        self.result_text: str | None = None
+        self.is_error = False
+        self.denied = False
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 8, 12, 8)
+        layout.setSpacing(4)
+        self.title = QLabel(f"Tool call: {qualified}")
+        self.title.setObjectName("ChatRole")
+        self.title.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.title)
+        self.arguments_view = _monospace_box("Tool call arguments")
+        self.arguments_view.setPlainText(_shown(_pretty(arguments)))
+        layout.addWidget(self.arguments_view)
+        self.buttons = QWidget()
+        row = QHBoxLayout(self.buttons)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.allow_once_button = _button("Allow once", "Allow once", lambda: self.decide("once"))
+        self.allow_once_button.setObjectName("Primary")
+        self.always_button = _button(f"Always allow {qualified}", f"Always allow {qualified}", self._always)
+        self.always_button.setToolTip("Run this tool without asking again in this chat session")
+        self.deny_button = _button("Deny", "Deny", lambda: self.decide("deny"))
+        for button in (self.allow_once_button, self.always_button, self.deny_button):
+            row.addWidget(button)
+        row.addStretch(1)
+        layout.addWidget(self.buttons)
+        self.status = QLabel("Waiting for your OK: nothing runs until you allow it.")
+        self.status.setObjectName("Muted")
+        self.status.setWordWrap(True)
+        layout.addWidget(self.status)
+        self.result_view = _monospace_box("Tool result")
+        self.result_view.hide()
+        layout.addWidget(self.result_view)
+        self.copy_result_button = small_button("Copy result", "Copy result", self.copy_result)
+        self.copy_result_button.hide()
+        layout.addWidget(self.copy_result_button, 0, Qt.AlignmentFlag.AlignLeft)
+
+    def _always(self) -> None:
+        self.decide("always")
+
+    def decide(self, decision: str) -> None:
+        """Answer the question (the buttons call this); only the first answer counts."""
+        if self.decision is not None:
+            return
+        self.mark_decided(decision)
+        self.decided.emit(self.call_id, decision)
+
+    def mark_decided(self, decision: str) -> None:
+        """Show a decision without asking (e.g. a tool the user always allows)."""
+        self.decision = decision
+        self.buttons.hide()
+        self.status.setText(
+            {
+                "once": "Allowed once: running…",
+                "always": f"Allowed ({self.qualified} is always allowed): running…",
+                "deny": "Denied.",
+            }.get(decision, decision)
+        )
+
+    def set_result(self, text: str, is_error: bool = False, denied: bool = False) -> None:
+        """Show what the call gave back (what the model reads)."""
+        self.result_text, self.is_error, self.denied = text, is_error, denied
+        self.buttons.hide()
+        if denied:
+            self.decision = self.decision or "deny"
+            self.status.setText("Denied: the model was told it may not run this call.")
+            self.status.setStyleSheet("")
+            return
+        self.status.setText("The call failed:" if is_error else "Result:")
+        self.status.setStyleSheet(f"color: {theme.BAD};" if is_error else "")
+        self.result_view.setPlainText(_shown(text))
+        self.result_view.show()
+        self.copy_result_button.show()
+
+    def set_not_run(self, reason: str = "Not run.") -> None:
+        """A stored call that never got an answer (the turn was cut short)."""
+        self.buttons.hide()
+        self.status.setText(reason)
+
+    def copy_result(self) -> None:
+        """Put the whole result on the clipboard."""
+        QGuiApplication.clipboard().setText(self.result_text or "")
+
+
+class MessageWidget(QFrame):
+    """One message: who, its text (markdown for answers, plain for the user's), its actions and cards."""
+
+    copy_clicked = Signal(str)
+    edit_clicked = Signal(int)
+    regenerate_clicked = Signal()
+
+    def __init__(self, role: str, *, name: str = "", message_id: int | None = None, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.role = role
+        self.message_id = message_id
+        self.key: tuple[Any, ...] | None = None  # what it shows, to reuse it when set_messages gets the same
+        self.setObjectName("ChatUser" if role == "user" else "ChatMessage")
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+        self._reasoning_started: float | None = None
+        self._reasoning_seconds: float | None = None
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 8, 12, 8)
+        layout.setSpacing(4)
+        header = QHBoxLayout()
+        header.setSpacing(2)
+        self.role_label = QLabel(name or _ROLE_NAMES.get(role, role.capitalize()))
+        self.role_label.setObjectName("ChatRole")
+        header.addWidget(self.role_label)
+        header.addStretch(1)
+        self.copy_button = small_button("Copy", "Copy message", lambda: self.copy_clicked.emit(self.text()))
+        self.edit_button = small_button("Edit", "Edit message", self._edit)
+        self.regenerate_button = small_button("Regenerate", "Regenerate answer", self.regenerate_clicked.emit)
+        for button in (self.copy_button, self.edit_button, self.regenerate_button):
+            header.addWidget(button)
+        self.edit_button.hide()
+        self.regenerate_button.hide()
+        layout.addLayout(header)
+        self.reasoning = ReasoningFold()
+        self.reasoning.hide()
+        layout.addWidget(self.reasoning)
+        self.attachments = QLabel()
+        self.attachments.setObjectName("Muted")
+        self.attachments.setWordWrap(True)
+        self.attachments.hide()
+        layout.addWidget(self.attachments)
+        self.body = MarkdownBody()
+        self.plain: AutoHeightBrowser | None = None
+        if role in ("user", "tool"):  # the user's words exactly as typed, not markdown
+            self.plain = AutoHeightBrowser()
+            self.plain.setAccessibleName("Message text")
+            layout.addWidget(self.plain)
+        else:
+            layout.addWidget(self.body)
+        self.cards: list[ToolCallCard] = []
+        self._cards_layout = QVBoxLayout()
+        self._cards_layout.setSpacing(6)
+        layout.addLayout(self._cards_layout)
+        self.status = QLabel()
+        self.status.setObjectName("Muted")
+        self.status.setWordWrap(True)
+        self.status.hide()
+        layout.addWidget(self.status)
+
+    # --- content ---
+
+    def text(self) -> str:
+        """The raw text (markdown as the model wrote it)."""
+        return self._plain_text if self.plain is not None else self.body.text()
+
+    def set_content(self, text: str, reasoning: str = "") -> None:
+        """Show a complete message."""
+        if self.plain is not None:
+            self._plain_text = text
+            self.plain.setPlainText(text)
+            self.plain.setVisible(bool(text))
+        else:
+            self.body.set_text(text)
+        if reasoning:
+            self.reasoning.set_text(reasoning)
+            self.reasoning.show()
+
+    def set_attachments(self, names: Sequence[str]) -> None:
+        """List the files attached to the message."""
+        self.attachments.setText("Attached: " + ", ".join(names))
+        self.attachments.setVisible(bool(names))
+
+    def append_text(self, delta: str) -> None:
+        """Streamed answer text (rendered by `render`)."""
+        if self._reasoning_started is not None and self._reasoning_seconds is None:
+            self._reasoning_seconds = time.monotonic() - self._reasoning_started
+        self.body.append(delta)
+
+    def append_reasoning(self, delta: str) -> None:
+        """Streamed thinking (rendered by `render`)."""
+        if self._reasoning_started is None:
+            self._reasoning_started = time.monotonic()
+            self.reasoning.set_title("Thinking…")
+            self.reasoning.show()
+        self.reasoning.append(delta)
+
+    def render(self, *, final: bool = False, budget_s: float | None = None) -> bool:
+        """Show what was streamed since the last call (only the unfinished tail is rendered again);
+        False: `budget_s` ran out first, call again (see MarkdownBody.render)."""
+        done = self.body.render(final=final, budget_s=budget_s)
+        self.reasoning.render()
+        if self._reasoning_seconds is not None or (final and self._reasoning_started is not None):
+            seconds = self._reasoning_seconds
+            if seconds is None and self._reasoning_started is not None:
+                seconds = self._reasoning_seconds = time.monotonic() - self._reasoning_started
+            self.reasoning.set_title(f"Thought for {max(1, round(seconds or 0))} s")
+        if self.body.text() or self.reasoning.text() or self.cards:
+            self.set_status("")
+        return done
+
+    def finish(self, error: str | None = None) -> None:
+        """The stream ended (`error`: why it was cut short)."""
+        self.render(final=True)
+        self.set_status(error or "", error=bool(error))
+
+    def set_status(self, text: str, *, error: bool = False) -> None:
+        """A line under the message ("Answering…", an error, "Stopped")."""
+        self.status.setText(text)
+        self.status.setStyleSheet(f"color: {theme.BAD};" if error else "")
+        self.status.setVisible(bool(text))
+
+    def add_card(self, card: ToolCallCard) -> None:
+        """Show a tool call under the message."""
+        self.cards.append(card)
+        self._cards_layout.addWidget(card)
+
+    def shows(self, message: Message, results: dict[str, Message]) -> bool:
+        """Whether this widget already shows `message` (and its tool results): then it is kept as it is."""
+        if self.message_id not in (None, message.id):
+            return False
+        if self.key is not None:
+            return self.key == _key(message, results)
+        # Streamed here: the stored message has the same words, thinking and calls.
+        return (
+            self.role == message.role
+            and self.text() == message.content
+            and self.reasoning.text() == message.reasoning
+            and [card.call_id for card in self.cards] == [str(call.get("id")) for call in message.tool_calls]
+        )
+
+    def adopt(self, message: Message, results: dict[str, Message]) -> None:
+        """Take the stored message's id and state (a streamed answer once it is saved)."""
+        self.message_id = message.id
+        if self.key is None:
+            self.key = _key(message, results)
+            for card in self.cards:
+                result = results.get(card.call_id)
+                if result is not None and card.result_text is None:
+                    card.set_result(result.content, result.error is not None, result.content == DENIED_TEXT)
+
+    # --- actions ---
+
+    def set_actions(self, *, edit: bool, regenerate: bool) -> None:
+        """Show Edit (last user message) and Regenerate (last answer)."""
+        self.edit_button.setVisible(edit)
+        self.regenerate_button.setVisible(regenerate)
+
+    def _edit(self) -> None:
+        if self.message_id is not None:
+            self.edit_clicked.emit(self.message_id)
+
+    _plain_text = ""
+
+
+_ROLE_NAMES = {"user": "You", "assistant": "Assistant", "system": "System prompt", "tool": "Tool result"}
+
+
+class ChatView(QWidget):
+    """The transcript (see the module docstring). Signals: `copy_requested(text)` after a Copy put text on
+    the clipboard, `edit_requested(message_id)`, `regenerate_requested()`, `tool_decided(call_id, decision)`."""
+
+    copy_requested = Signal(str)
+    edit_requested = Signal(int)
+    regenerate_requested = Signal()
+    tool_decided = Signal(str, str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.assistant_name = "Assistant"  # the page may set the model's name
+        self._messages: list[MessageWidget] = []
+        self._live: MessageWidget | None = None
+        self._streaming = False
+        self._follow = True
+        self._dark: bool | None = None
+        self._cards: dict[str, ToolCallCard] = {}
+        self.render_interval_ms = RENDER_INTERVAL_MS
+        self.renders = 0  # how many times a streamed message was rendered (tests and tuning read it)
+        self._render_timer = QTimer(self)
+        self._render_timer.setSingleShot(True)
+        self._render_timer.timeout.connect(self._render_live)
+
+        self.scroll = QScrollArea()
+        self.scroll.setObjectName("ChatScroll")
+        self.scroll.setAccessibleName("Conversation")
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self._content = QWidget()
+        self._content.setObjectName("ChatContent")
+        self._items = QVBoxLayout(self._content)
+        self._items.setContentsMargins(4, 4, 4, 4)
+        self._items.setSpacing(10)
+        self._items.addStretch(1)
+        self.scroll.setWidget(self._content)
+        bar = self.scroll.verticalScrollBar()
+        bar.rangeChanged.connect(self._range_changed)
+        bar.valueChanged.connect(self._scrolled)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.scroll)
+        self._apply_theme()
+        _warm_up_once()
+
+    # --- stored messages ---
+
+    def set_messages(self, messages: Sequence[Message]) -> None:
+        """Show a conversation. Messages already shown as they are keep their widgets (no re-render), so
+        calling this after a streamed answer was stored, or after an edit, costs only what changed."""
+        if self._live is not None:
+            self.finish()
+        groups = _group(messages)
+        keep = 0
+        for widget, (message, results) in zip(self._messages, groups, strict=False):
+            if not widget.shows(message, results):
+                break
+            widget.adopt(message, results)
+            keep += 1
+        if keep < len(self._messages):
+            self._remove_from(self._messages[keep])
+        for message, results in groups[keep:]:
+            self._append_item(self._message_widget(message, results))
+        self._update_actions()
+
+    def add_message(self, message: Message) -> MessageWidget:
+        """Show one more stored message (e.g. the user's, just sent)."""
+        widget = self._message_widget(message, {})
+        self._follow = True
+        self._append_item(widget)
+        self._update_actions()
+        return widget
+
+    def clear(self) -> None:
+        """Show nothing (a new chat)."""
+        self._render_timer.stop()
+        self._live = None
+        self._streaming = False
+        self._cards.clear()
+        self._messages = []
+        while self._items.count() > 1:
+            self._remove_item(0)
+
+    def message_widgets(self) -> list[MessageWidget]:
+        """The message widgets, in order."""
+        return list(self._messages)
+
+    def card(self, call_id: str) -> ToolCallCard | None:
+        """The tool call card of a call."""
+        return self._cards.get(call_id)
+
+    def is_streaming(self) -> bool:
+        """Between `begin_assistant` and `finish`."""
+        return self._streaming
+
+    # --- streaming ---
+
+    def begin_assistant(self, message_id: int | None = None) -> MessageWidget:
+        """Start showing an answer; `append_text`/`append_reasoning` fill it, `finish` ends it."""
+        if self._live is not None:
+            self._finish_live(None)
+        self._streaming = True
+        self._follow = True
+        widget = self._start_live(message_id)
+        widget.set_status("Answering…")
+        self._update_actions()
+        return widget
+
+    def append_text(self, delta: str) -> None:
+        """A piece of the answer (rendered within RENDER_INTERVAL_MS, with what else arrived)."""
+        if delta:
+            self._live_for_stream().append_text(delta)
+            self._schedule()
+
+    def append_reasoning(self, delta: str) -> None:
+        """A piece of the model's thinking (shown folded)."""
+        if delta:
+            self._live_for_stream().append_reasoning(delta)
+            self._schedule()
+
+    def finish(self, error: str | None = None) -> None:
+        """The answer ended; `error` (a failure, "Stopped") shows under it."""
+        self._render_timer.stop()
+        self._finish_live(error)
+        self._streaming = False
+        self._update_actions()
+
+    def add_tool_call(self, call_id: str, qualified: str, arguments: dict[str, Any] | str) -> ToolCallCard:
+        """Show a tool call and ask; the card's `decided` (and this view's `tool_decided`) carries the answer."""
+        live = self._live or self._start_live(None)
+        self._render_timer.stop()
+        live.render(final=True)  # this round's text is complete; more text comes in a new message widget
+        card = ToolCallCard(call_id, qualified, arguments)
+        card.decided.connect(self.tool_decided)
+        self._cards[call_id] = card
+        live.add_card(card)
+        return card
+
+    def set_tool_result(self, call_id: str, text: str, is_error: bool = False, denied: bool = False) -> None:
+        """Show a call's result on its card."""
+        card = self._cards.get(call_id)
+        if card is not None:
+            card.set_result(text, is_error, denied)
+
+    def add_note(self, text: str) -> QLabel:
+        """A muted line in the transcript ("Images need a model that takes them: not sent.")."""
+        note = QLabel(text)
+        note.setObjectName("Muted")
+        note.setWordWrap(True)
+        note.setAccessibleName("Note")
+        note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self._append_item(note)
+        return note
+
+    def _live_for_stream(self) -> MessageWidget:
+        live = self._live
+        if live is None or live.cards:
+            # After a tool call the next round's text goes under the cards, in a message of its own.
+            if live is not None:
+                live.finish()
+            live = self._start_live(None)
+        return live
+
+    def _start_live(self, message_id: int | None) -> MessageWidget:
+        widget = MessageWidget("assistant", name=self.assistant_name, message_id=message_id)
+        self._connect(widget)
+        self._append_item(widget)
+        self._live = widget
+        return widget
+
+    def _finish_live(self, error: str | None) -> None:
+        live, self._live = self._live, None
+        if live is not None:
+            live.finish(error)
+
+    def _schedule(self) -> None:
+        if not self._render_timer.isActive():
+            self._render_timer.start(self.render_interval_ms)
+
+    def _render_live(self) -> None:
+        if self._live is None:
+            return
+        self.renders += 1
+        if not self._live.render(budget_s=RENDER_BUDGET_S):
+            # A backlog: show the rest in steps, letting the event loop (input, painting) run between them.
+            self._render_timer.start(BACKLOG_STEP_MS)
+
+    # --- items ---
+
+    def _message_widget(self, message: Message, results: dict[str, Message]) -> MessageWidget:
+        name = self.assistant_name if message.role == "assistant" else ""
+        widget = MessageWidget(message.role, name=name, message_id=message.id)
+        self._connect(widget)
+        widget.set_content(message.content, message.reasoning)
+        if message.attachments:
+            widget.set_attachments([_attachment_label(a) for a in message.attachments])
+        for call in message.tool_calls:
+            function = call.get("function") or {}
+            card = ToolCallCard(str(call.get("id", "")), str(function.get("name", "?")), _arguments(function))
+            card.decided.connect(self.tool_decided)
+            result = results.get(card.call_id)
+            if result is None:
+                card.set_not_run()
+            else:
+                card.set_result(result.content, result.error is not None, result.content == DENIED_TEXT)
+            self._cards[card.call_id] = card
+            widget.add_card(card)
+        if message.error:
+            widget.set_status(message.error, error=True)
+        elif not message.finished:
+            widget.set_status("Stopped before the end.")
+        widget.key = _key(message, results)
+        return widget
+
+    def _connect(self, widget: MessageWidget) -> None:
+        widget.copy_clicked.connect(self._copy)
+        widget.edit_clicked.connect(self.edit_requested)
+        widget.regenerate_clicked.connect(self.regenerate_requested)
+        widget.body.code_copied.connect(self.copy_requested)
+
+    def _copy(self, text: str) -> None:
+        QGuiApplication.clipboard().setText(text)
+        self.copy_requested.emit(text)
+
+    def _append_item(self, widget: QWidget) -> None:
+        if isinstance(widget, MessageWidget):
+            self._messages.append(widget)
+        widget.resize(max(self._content.width() - 8, 200), widget.height())
+        self._items.insertWidget(self._items.count() - 1, widget)
+        widget.show()  # now, not at the layout's queued show: what was added is there when this returns
+
+    def _remove_from(self, first: QWidget) -> None:
+        """Remove an item and everything after it."""
+        index = self._items.indexOf(first)
+        while index >= 0 and self._items.count() - 1 > index:
+            self._remove_item(index)
+
+    def _remove_item(self, index: int) -> None:
+        item = self._items.takeAt(index)
+        widget = item.widget() if item is not None else None
+        if widget is None:
+            return
+        if widget is self._live:
+            self._render_timer.stop()
+            self._live = None
+            self._streaming = False
+        if isinstance(widget, MessageWidget):
+            self._messages.remove(widget)
+            for card in widget.cards:
+                self._cards.pop(card.call_id, None)
+        widget.hide()
+        widget.deleteLater()
+
+    def _update_actions(self) -> None:
+        last_user = next((w for w in reversed(self._messages) if w.role == "user"), None)
+        last_answer = None
+        for widget in reversed(self._messages):
+            if widget.role == "user":
+                break
+            if widget.role == "assistant":
+                last_answer = widget
+                break
+        for widget in self._messages:
+            widget.set_actions(
+                edit=not self._streaming and widget is last_user and widget.message_id is not None,
+                regenerate=not self._streaming and widget is last_answer,
+            )
+
+    # --- scrolling: follow the answer while the user is at the bottom ---
+
+    def _range_changed(self, _minimum: int, maximum: int) -> None:
+        if self._follow:
+            self.scroll.verticalScrollBar().setValue(maximum)
+
+    def _scrolled(self, value: int) -> None:
+        self._follow = value >= self.scroll.verticalScrollBar().maximum() - _FOLLOW_SLACK_PX
+
+    def scroll_to_bottom(self) -> None:
+        """Show the end of the conversation and follow it again."""
+        self._follow = True
+        bar = self.scroll.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+    # --- theme ---
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:
+            self._apply_theme()
+
+    def _apply_theme(self) -> None:
+        dark = theme.is_dark(self.palette())
+        if dark == self._dark:
+            return
+        self._dark = dark
+        code = code_formats(code_style_name(self.palette()))
+        self.setStyleSheet(
+            f"QFrame#ChatUser {{ background: palette(alternate-base); border: 1px solid palette(midlight);"
+            f" border-radius: 10px; }}\n"
+            f"QFrame#ChatCode {{ background: {code.background}; border: 1px solid palette(mid);"
+            " border-radius: 6px; }\n"
+            f"QFrame#ChatCode QLabel {{ color: {code.foreground}; }}\n"
+            f"QFrame#ChatCode QToolButton {{ color: {code.foreground}; }}\n"
+            f"QFrame#ChatTool {{ background: palette(base); border: 1px solid palette(mid); border-radius: 8px; }}\n"
+            "QLabel#ChatRole { font-weight: 600; }\n"
+            f"QLabel#Muted {{ color: {theme.MUTED}; }}\n"
+        )
+        for block in self.findChildren(CodeBlockView):
+            block.restyle()
+
+
+def _warm_up_once() -> None:
+    global _warmed
+    if not _warmed:
+        _warmed = True
+        workers.run_in_background(warm_up)
+
+
+def _group(messages: Sequence[Message]) -> list[tuple[Message, dict[str, Message]]]:
+    """Messages to show, each with the tool results that answer its calls (shown on its cards, not apart)."""
+    groups: list[tuple[Message, dict[str, Message]]] = []
+    for message in messages:
+        if message.role == "tool" and groups and message.tool_call_id in _call_ids(groups[-1][0]):
+            groups[-1][1][str(message.tool_call_id)] = message
+        else:
+            groups.append((message, {}))
+    return groups
+
+
+def _call_ids(message: Message) -> set[str]:
+    return {str(call.get("id")) for call in message.tool_calls}
+
+
+def _key(message: Message, results: dict[str, Message]) -> tuple[Any, ...]:
+    """What a message widget shows: equal keys, nothing to render again."""
+    return (
+        message.role,
+        message.content,
+        message.reasoning,
+        json.dumps(message.tool_calls, sort_keys=True),
+        tuple(sorted((call_id, r.content, r.error) for call_id, r in results.items())),
+        tuple(a.name for a in message.attachments),
+        message.finished,
+        message.error,
+    )
+
+
+def _arguments(function: dict[str, Any]) -> dict[str, Any] | str:
+    raw = function.get("arguments", "")
+    if isinstance(raw, dict):
+        return raw
+    try:
+        parsed = json.loads(raw)
+    except (TypeError, ValueError):
+        return str(raw)
+    return parsed if isinstance(parsed, dict) else str(raw)
+
+
+def _attachment_label(attachment: Any) -> str:
+    size = attachment.size
+    amount = f"{size / 1024:.1f} KB" if size >= 1024 else f"{size} bytes"
+    return f"{attachment.name} ({'image' if attachment.kind == 'image' else amount})"
+
+
+def _pretty(arguments: dict[str, Any] | str) -> str:
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments, indent=2, ensure_ascii=False, default=str)
+
+
+def _shown(text: str) -> str:
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return f"{text[:SHOWN_CHARS]}\n… ({len(text) - SHOWN_CHARS:,} more characters; Copy copies everything)"
+
+
+def _monospace_box(name: str) -> AutoHeightBrowser:
+    box = AutoHeightBrowser()
+    box.setAccessibleName(name)
+    box.document().setDefaultFont(theme.monospace_font())
+    return box
+
+
+def _button(text: str, accessible_name: str, slot: Any) -> QPushButton:
+    button = QPushButton(text)
+    button.setAccessibleName(accessible_name)
+    button.clicked.connect(slot)
+    return button
