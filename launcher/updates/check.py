@@ -51,6 +51,9 @@ __all__ = [
 
 CHECK_INTERVAL_S = 24 * 3600
 """The app checks at start and then once a day."""
+MAX_FEED_BYTES = 1024 * 1024
+"""A feed is a few KB (its notes the longest part); a body larger than this is refused unread, so a
+wrong or hostile URL cannot fill the app's memory."""
 CHECK_STATE_FILE = "update-check.json"
 
 
@@ -85,18 +88,36 @@ class UpdateOffer:
 
 
 def fetch_feed(url: str, *, timeout: float = 15.0) -> Feed:
-    """GET the feed at `url` and parse it; any failure is an UpdateError saying what went wrong."""
+    """GET the feed at `url` and parse it; any failure is an UpdateError saying what went wrong. At
+    most MAX_FEED_BYTES of the body are read."""
+    headers = {"User-Agent": f"launcher/{current_version()}"}
     try:
-        response = httpx.get(
-            url, headers={"User-Agent": f"launcher/{current_version()}"}, timeout=timeout, follow_redirects=True
-        )
+        with httpx.stream("GET", url, headers=headers, timeout=timeout, follow_redirects=True) as response:
+            if response.status_code != 200:
+                raise UpdateError(f"The update feed at {url} answered HTTP {response.status_code}; try again later.")
+            body = _read_at_most(response, MAX_FEED_BYTES, url)
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as err:
         raise UpdateError(f"The update feed URL {url!r} is not an http(s) URL ({err}).") from err
     except httpx.HTTPError as err:
         raise UpdateError(f"Could not reach the update feed at {url} ({err or type(err).__name__}).") from err
-    if response.status_code != 200:
-        raise UpdateError(f"The update feed at {url} answered HTTP {response.status_code}; try again later.")
-    return parse_feed(response.content, url)
+    return parse_feed(body, url)
+
+
+def _read_at_most(response: httpx.Response, limit: int, url: str) -> bytes:
+    """The body, or UpdateError as soon as it is longer than `limit` (decoded: a compressed body counts
+    at its real size)."""
+    too_big = UpdateError(
+        f"The update feed at {url} is larger than {format_bytes(limit)}, which no feed is; it was not read."
+    )
+    declared = response.headers.get("Content-Length", "")
+    if declared.isdigit() and int(declared) > limit and not response.headers.get("Content-Encoding"):
+        raise too_big
+    body = bytearray()
+    for chunk in response.iter_bytes():
+        body += chunk
+        if len(body) > limit:
+            raise too_big
+    return bytes(body)
 
 
 def check(*, url: str | None = None) -> UpdateOffer | None:

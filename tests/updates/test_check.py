@@ -8,8 +8,10 @@ import io
 import os
 import sys
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from launcher.core import settings as settings_module
@@ -108,6 +110,30 @@ def test_an_unreachable_or_failing_feed_is_a_clear_error(frozen_app: Path, feed_
     for wrong in ("update-feed.json", "ftp://releases.example/update-feed.json", "http://[::1/update-feed.json"):
         with pytest.raises(UpdateError, match=r"The update feed URL .* is not an http\(s\) URL"):
             check.check(url=wrong)
+
+
+def test_a_feed_larger_than_any_feed_is_refused_unread(
+    frozen_app: Path, feed_server: FeedServer, release_key: tuple[str, str]
+) -> None:
+    feed_server.publish("0.2.0", key=release_key[0], files=[tarball("0.2.0", APP)], notes="x" * (2 * 1024 * 1024))
+    with pytest.raises(UpdateError, match=r"The update feed at .* is larger than 1\.0 MiB, which no feed is"):
+        check.check()
+
+
+def test_a_feed_body_is_read_only_up_to_the_limit_when_its_length_is_not_announced() -> None:
+    """A chunked (or compressed) answer has no length to refuse up front: reading stops at the limit."""
+    sent: list[int] = []
+
+    def endless() -> Iterator[bytes]:
+        while True:
+            sent.append(64 * 1024)
+            yield b" " * (64 * 1024)
+
+    response = httpx.Response(200, content=endless())
+    with pytest.raises(UpdateError, match=r"larger than 1\.0 MiB"):
+        check._read_at_most(response, check.MAX_FEED_BYTES, "http://feed.example/update-feed.json")
+    assert sum(sent) <= check.MAX_FEED_BYTES + 64 * 1024
+    assert check._read_at_most(httpx.Response(200, content=iter([b"{}"])), 10, "u") == b"{}"
 
 
 # -- the installation ---------------------------------------------------------------------------

@@ -184,6 +184,24 @@ def test_bytes_other_than_the_signed_ones_are_refused_and_deleted(published: Fee
     assert _fetches(published) == [None, None]  # the second try starts over: nothing bad was kept
 
 
+def test_a_server_sending_more_than_the_signed_size_is_cut_off_not_written_to_the_end(
+    published: FeedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    published.serve_instead(RELEASE.name, APP + os.urandom(64 * 1024 * 1024))  # 64 MiB past the signed size
+    hashed: list[int] = []  # every byte the transfer wrote is hashed: their count is what reached the disk
+    feed = transfer.BackgroundHasher.feed
+
+    def counted(self: transfer.BackgroundHasher, chunk: bytes) -> None:
+        hashed.append(len(chunk))
+        feed(self, chunk)
+
+    monkeypatch.setattr(transfer.BackgroundHasher, "feed", counted)
+    with pytest.raises(UpdateError, match=rf"The server sent more of {RELEASE.name} than the release lists.*deleted"):
+        download.download(_offer())
+    assert sum(hashed) < len(APP) + 8 * 1024 * 1024  # one piece past the signed size at most, not 64 MiB
+    assert _downloads() == []
+
+
 def test_a_dropped_transfer_keeps_what_arrived_and_the_next_download_resumes_it(
     published: FeedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
