@@ -25,6 +25,7 @@ from launcher.engines.llamacpp.gpu_packs import installed_packs
 from launcher.updates.current import (
     Installation,
     current_version,
+    deb_how,
     detect_installation,
     feed_url,
     this_platform,
@@ -77,11 +78,19 @@ class UpdateOffer:
         """Bytes a download fetches: the app's file and the packs."""
         return (self.file.size if self.file else 0) + sum(pack.size_bytes for pack in self.packs)
 
+    @property
+    def how(self) -> str:
+        """How this installation is updated to this release (one sentence); for a .deb, with the
+        release's real package name."""
+        if self.installation.kind == "deb" and self.file is not None:
+            return deb_how(self.file.name)
+        return self.installation.how
+
     def summary(self) -> str:
         """One line: "launcher 0.2.0 (2026-12-02) is available; you have 0.1.0 (84.0 MiB)"."""
         line = f"launcher {self.feed.version} ({self.feed.date.isoformat()}) is available; you have {self.current}"
         if self.file is None and not self.installation.can_update:
-            return f"{line} ({self.installation.how})"
+            return f"{line} ({self.how})"
         if self.file is None:
             return f"{line} (the release has no {self.installation.kind} file for {self.installation.platform})"
         return f"{line} ({format_bytes(self.size)})"

@@ -99,23 +99,63 @@ def detect_installation() -> Installation:
     if sys.platform == "darwin":
         return _mac_bundle(here, executable)
     if sys.platform == "win32":
-        folder = executable.parent
-        return Installation("setup", here, folder, True, "the new installer replaces this installation")
+        return _windows_install(here, executable.parent)
     appimage = os.environ.get("APPIMAGE", "").strip()
     if appimage:
         return _replaced_in_place("appimage", here, Path(appimage), Path(appimage).parent, "the AppImage")
     folder = executable.parent
     if folder == DEB_FOLDER and _dpkg_owns(folder):
-        return Installation(
-            "deb",
-            here,
-            folder,
-            False,
-            "this was installed from a .deb package: download the new launcher_<version>_amd64.deb and "
-            "install it with sudo apt install ./launcher_<version>_amd64.deb",
-        )
+        return Installation("deb", here, folder, False, deb_how())
     # The tar.gz's folder is renamed aside and the new one put beside it, so its parent must be writable.
     return _replaced_in_place("tar.gz", here, folder, folder.parent, "the app folder")
+
+
+def deb_how(package: str | None = None) -> str:
+    """How a .deb installation is updated: apt installs the new package, named `package` when the
+    release's file is known (`UpdateOffer.how`), else the file the user downloads."""
+    name = f"./{package}" if package else "./<downloaded file>"
+    what = package or "the new .deb package"
+    return (
+        f"this was installed from a .deb package, which apt updates: download {what} from the project's "
+        f"releases page (or run `launcher update`, which downloads and verifies it) and install it with "
+        f"sudo apt install {name}"
+    )
+
+
+PER_USER_ENV = ("LOCALAPPDATA", "APPDATA", "USERPROFILE")
+"""Where a per-user Windows install lies (the installer's default, {autopf} without admin rights, is
+%LOCALAPPDATA%\\Programs)."""
+
+
+def _windows_install(here: str, folder: Path) -> Installation:
+    """The Windows setup install in `folder`. The update runs the new installer silently and without
+    administrator rights, which can replace a per-user install only: one the user chose to install
+    for all users (Program Files) is updated by running the new installer by hand."""
+    if _in_user_profile(folder):
+        return Installation("setup", here, folder, True, "the new installer replaces this installation")
+    return Installation(
+        "setup",
+        here,
+        folder,
+        False,
+        f"this copy was installed for all users in {folder}, which an update from inside the app cannot replace "
+        "(it runs without administrator rights): download the new installer from the project's releases page "
+        "and run it",
+    )
+
+
+def _in_user_profile(folder: Path) -> bool:
+    def normal(path: str | Path) -> Path:
+        return Path(os.path.normcase(os.path.realpath(path)))
+
+    where = normal(folder)
+    for name in PER_USER_ENV:
+        value = os.environ.get(name, "").strip()
+        if value:
+            root = normal(value)
+            if where == root or root in where.parents:
+                return True
+    return False
 
 
 def _replaced_in_place(kind: InstallKind, here: str, target: Path, parent: Path, what: str) -> Installation:

@@ -182,7 +182,30 @@ def test_a_deb_install_is_apts_to_update_and_a_hand_unpacked_copy_there_is_not(
     (dpkg / "launcher.list").write_text(f"/.\n/opt\n{opt}\n{opt}/launcher\n/usr/bin/launcher\n")
     installation = current.detect_installation()
     assert (installation.kind, installation.target, installation.can_update) == ("deb", opt, False)
-    assert "sudo apt install ./launcher_<version>_amd64.deb" in installation.how
+    assert installation.how.endswith("and install it with sudo apt install ./<downloaded file>")
+    assert "_amd64" not in installation.how  # no made-up file name: an arm64 machine's package is another
+
+
+def test_a_deb_offer_names_the_releases_real_package(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, feed_server: FeedServer, release_key: tuple[str, str]
+) -> None:
+    opt = tmp_path / "opt" / "launcher"
+    dpkg = tmp_path / "dpkg-info"
+    dpkg.mkdir()
+    (dpkg / "launcher.list").write_text(f"{opt}\n")
+    monkeypatch.setattr(current, "DEB_FOLDER", opt)
+    monkeypatch.setattr(current, "DPKG_INFO", dpkg)
+    monkeypatch.delenv("APPIMAGE", raising=False)
+    package = Served(current.this_platform(), "deb", "launcher_0.2.0_arm64.deb", b"!<arch>\n" * 10)
+    url = feed_server.publish("0.2.0", key=release_key[0], files=[package])
+    fake_build(monkeypatch, opt, public_key=release_key[1], feed=url)
+    offer = check.check()
+    assert offer is not None and offer.installation.kind == "deb"
+    assert offer.how == (
+        "this was installed from a .deb package, which apt updates: download launcher_0.2.0_arm64.deb from the "
+        "project's releases page (or run `launcher update`, which downloads and verifies it) and install it with "
+        "sudo apt install ./launcher_0.2.0_arm64.deb"
+    )
 
 
 def test_a_mac_app_is_its_bundle_and_a_windows_install_its_folder(
@@ -194,12 +217,36 @@ def test_a_mac_app_is_its_bundle_and_a_windows_install_its_folder(
     installation = current.detect_installation()
     assert (installation.kind, installation.target, installation.can_update) == ("dmg", bundle, True)
     assert installation.platform.startswith("macos-")
-    programs = tmp_path / "Programs" / "Launcher"
+    local = tmp_path / "Users" / "ada" / "AppData" / "Local"
+    monkeypatch.setenv("LOCALAPPDATA", str(local))
+    for name in ("APPDATA", "USERPROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    programs = local / "Programs" / "Launcher"  # the installer's per-user default
     fake_build(monkeypatch, programs, public_key=release_key[1])
     monkeypatch.setattr(sys, "platform", "win32")
     installation = current.detect_installation()
     assert (installation.kind, installation.target, installation.can_update) == ("setup", programs, True)
     assert installation.platform.startswith("windows-")
+
+
+def test_a_windows_install_for_all_users_is_not_offered_a_silent_update(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, release_key: tuple[str, str]
+) -> None:
+    """The installer lets the user choose "for all users" (Program Files); the update runs it silently
+    without administrator rights, which cannot replace that."""
+    monkeypatch.setenv("LOCALAPPDATA", str(tmp_path / "Users" / "ada" / "AppData" / "Local"))
+    monkeypatch.setenv("USERPROFILE", str(tmp_path / "Users" / "ada"))
+    monkeypatch.delenv("APPDATA", raising=False)
+    program_files = tmp_path / "Program Files" / "Launcher"
+    fake_build(monkeypatch, program_files, public_key=release_key[1])
+    monkeypatch.setattr(sys, "platform", "win32")
+    installation = current.detect_installation()
+    assert (installation.kind, installation.target, installation.can_update) == ("setup", program_files, False)
+    assert installation.how == (
+        f"this copy was installed for all users in {program_files}, which an update from inside the app cannot "
+        "replace (it runs without administrator rights): download the new installer from the project's releases "
+        "page and run it"
+    )
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root may write anywhere")
