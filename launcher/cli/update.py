@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"launcher {check.current_version()} was installed with pip; update it with pip install -U launcher.")
         return 0
     offer = check.check(url=args.feed)
-    check.record_check()
+    check.record_check(offer=offer, url=args.feed)  # the app's next start shows the note without asking again
     if offer is None:
         print(f"launcher {check.current_version()} is up to date.")
         return 0

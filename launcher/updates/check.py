@@ -6,6 +6,11 @@ asks at start and once a day (`due`): never when the user turned the check off i
 when they chose to be offline (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE, the same switch the model
 downloads honour), and never when the build knows no feed. Nothing is downloaded here; an offer
 only says what a download would fetch (`launcher.updates.download` fetches it when the user asks).
+
+What the last check found is remembered (`remembered_offer`), so an app started again the same day
+shows the note of a release it already knows without asking the feed again, unless the user
+answered "Later" to that release. A failed check is retried at the app's hourly look three times,
+then once a day (`due`).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -45,7 +51,11 @@ __all__ = [
     "feed_url",
     "fetch_feed",
     "last_check",
+    "offer_for",
     "record_check",
+    "record_failure",
+    "record_later",
+    "remembered_offer",
     "this_platform",
     "update_public_key",
 ]
@@ -137,7 +147,11 @@ def check(*, url: str | None = None) -> UpdateOffer | None:
     url = url or feed_url()
     if not url:
         raise UpdateError("This build knows no update feed; download new versions from the project's releases page.")
-    feed = fetch_feed(url)
+    return offer_for(fetch_feed(url))
+
+
+def offer_for(feed: Feed) -> UpdateOffer | None:
+    """What `feed` offers this installation: None when its release is not newer than this version."""
     current = current_version()
     if not is_newer(feed, current):
         return None
@@ -164,47 +178,123 @@ def _pack_updates(feed: Feed) -> tuple[PackFile, ...]:
     return tuple(updates)
 
 
-# -- when to check --------------------------------------------------------------------------------
+# -- when to check, and what the last check found ----------------------------------------------------
+#
+# `<state dir>/update-check.json` remembers: when the feed was last read (`checked_at`), the feed that
+# check found when it offered a newer release (`offer_feed`, with the URL it came from), the version
+# the user answered "Later" to and when (`later_version`, `later_at`), and failed checks in a row
+# (`failures`, `failed_at`).
 
 
-def last_check() -> float | None:
-    """When the feed was last read (time.time()), None when never (or the record is unreadable)."""
+def _state() -> dict[str, Any]:
     try:
         data = json.loads((paths.state_dir() / CHECK_STATE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    value = data.get("checked_at") if isinstance(data, dict) else None
-    return float(value) if isinstance(value, int | float) else None
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
-def record_check(*, now: float | None = None) -> None:
-    """Remember that the feed was read now (call it after a check that reached the feed)."""
+def _write_state(data: dict[str, Any]) -> None:
     target = paths.state_dir() / CHECK_STATE_FILE
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         temporary = target.with_name(f".{target.name}.tmp")
-        temporary.write_text(json.dumps({"checked_at": time.time() if now is None else now}), encoding="utf-8")
+        temporary.write_text(json.dumps(data), encoding="utf-8")
         temporary.replace(target)
     except OSError:
         pass  # a state folder that cannot be written costs only an extra check at the next start
 
 
+def _number(data: dict[str, Any], key: str) -> float | None:
+    value = data.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def last_check() -> float | None:
+    """When the feed was last read (time.time()), None when never (or the record is unreadable)."""
+    return _number(_state(), "checked_at")
+
+
+def record_check(*, now: float | None = None, offer: UpdateOffer | None = None, url: str | None = None) -> None:
+    """Remember that the feed (`url`, default the build's) was read now, and the offer it made (None:
+    up to date). Call it after a check that reached the feed; it clears the failures, and keeps the
+    user's "Later"."""
+    state = _state()
+    record: dict[str, Any] = {key: state[key] for key in ("later_version", "later_at") if key in state}
+    record["checked_at"] = time.time() if now is None else now
+    if offer is not None:
+        record["offer_feed"] = offer.feed.model_dump(mode="json", exclude_none=True)
+        record["offer_url"] = url or feed_url()
+    _write_state(record)
+
+
+def record_failure(*, now: float | None = None) -> None:
+    """Remember a scheduled check that did not reach the feed (counted: see `due`)."""
+    state = _state()
+    failures = _number(state, "failures") or 0
+    _write_state({**state, "failures": int(failures) + 1, "failed_at": time.time() if now is None else now})
+
+
+def record_later(version: str, *, now: float | None = None) -> None:
+    """The user answered "Later" to `version`: its note is not shown again until a check reads the feed anew."""
+    _write_state({**_state(), "later_version": version, "later_at": time.time() if now is None else now})
+
+
+def remembered_offer(settings: Settings) -> UpdateOffer | None:
+    """The offer the last check found, without asking the feed: shown when the app starts again before
+    the next check is due. None when the check is off or the user is offline (the same switches as
+    the check's), when that release is not newer than this version any more (it was installed), when
+    the feed URL changed, or when the user answered "Later" to it after that check."""
+    if not settings.check_for_updates or is_offline():
+        return None
+    state = _state()
+    data = state.get("offer_feed")
+    if not isinstance(data, dict) or state.get("offer_url") != feed_url():
+        return None
+    try:
+        feed = Feed.model_validate(data)
+    except ValueError:
+        return None  # written by another version of the app: the next check writes it again
+    later_at, checked_at = _number(state, "later_at"), _number(state, "checked_at")
+    if state.get("later_version") == feed.version and later_at is not None and (checked_at or 0) <= later_at:
+        return None
+    return offer_for(feed)
+
+
+MAX_QUICK_RETRIES = 3
+"""Failed checks in a row the app retries at its hourly look; after them, the next waits a day."""
+
+
 def due(settings: Settings, *, now: float | None = None) -> bool:
     """True when the app should read the feed now: the user allows the check, is not offline, the
-    build knows a feed, and the last check is a day old (or never happened)."""
+    build knows a feed, and the last check is a day old (or never happened). A check that fails is
+    tried again at the app's next hourly look, up to MAX_QUICK_RETRIES times in a row; then once a day
+    (a machine without the network, or a feed that is down, is not asked every hour for ever)."""
     if not settings.check_for_updates or is_offline() or not feed_url():
         return False
-    last = last_check()
+    state = _state()
     now = time.time() if now is None else now
-    # A last check in the future means the clock was set back: check rather than wait for it.
-    return last is None or not 0 <= now - last < CHECK_INTERVAL_S
+
+    def recent(at: float | None) -> bool:
+        # A time in the future means the clock was set back: not recent, check rather than wait.
+        return at is not None and 0 <= now - at < CHECK_INTERVAL_S
+
+    if recent(_number(state, "checked_at")):
+        return False
+    failures = _number(state, "failures") or 0
+    return not (failures >= MAX_QUICK_RETRIES and recent(_number(state, "failed_at")))
 
 
 def check_when_due(settings: Settings, *, now: float | None = None) -> UpdateOffer | None:
     """`check()` when `due(settings)`, recording the check when the feed answered; None when not
-    due or up to date. A failed check raises UpdateError and is not recorded, so the next start tries again."""
+    due or up to date. A failed check raises UpdateError and is counted (`record_failure`), so the
+    next look tries again (see `due`)."""
     if not due(settings, now=now):
         return None
-    offer = check()
-    record_check(now=now)
+    try:
+        offer = check()
+    except UpdateError:
+        record_failure(now=now)
+        raise
+    record_check(now=now, offer=offer)
     return offer

@@ -340,3 +340,60 @@ def test_a_due_check_is_recorded_only_when_the_feed_answered(
     asked = len(feed_server.requests)
     assert check.check_when_due(settings) is None  # not due again today: the feed is not asked
     assert len(feed_server.requests) == asked
+
+
+def test_a_failing_check_is_retried_at_each_look_three_times_then_once_a_day(
+    frozen_app: Path, feed_server: FeedServer, release_key: tuple[str, str]
+) -> None:
+    settings = Settings()
+    start = 1_000_000.0
+    for attempt in range(check.MAX_QUICK_RETRIES):
+        now = start + attempt * 3600  # the app's hourly look
+        assert check.due(settings, now=now)
+        with pytest.raises(UpdateError, match="HTTP 404"):  # nothing published yet
+            check.check_when_due(settings, now=now)
+    last_failure = start + (check.MAX_QUICK_RETRIES - 1) * 3600
+    assert not check.due(settings, now=last_failure + 3600)  # three in a row: the next waits a day
+    assert not check.due(settings, now=last_failure + 23 * 3600)
+    assert check.due(settings, now=last_failure + 24 * 3600)
+    feed_server.publish("0.2.0", key=release_key[0], files=[tarball("0.2.0", APP)])
+    assert check.check_when_due(settings, now=last_failure + 24 * 3600) is not None
+    with pytest.raises(UpdateError):  # the answer cleared the failures: a new one is retried within the hour
+        feed_server.fail(FEED_FILE, 503)
+        check.check_when_due(settings, now=last_failure + 48 * 3600)
+    assert check.due(settings, now=last_failure + 49 * 3600)
+
+
+def test_the_offer_the_last_check_found_is_remembered_until_later_or_the_next_check(
+    frozen_app: Path, feed_server: FeedServer, release_key: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings()
+    assert check.remembered_offer(settings) is None  # never checked
+    feed_server.publish("0.2.0", key=release_key[0], files=[tarball("0.2.0", APP)], notes="Faster.")
+    found = check.check_when_due(settings, now=1_000_000)
+    assert found is not None
+    asked = len(feed_server.requests)
+
+    remembered = check.remembered_offer(settings)  # the app started again the same day
+    assert remembered is not None and len(feed_server.requests) == asked  # without asking the feed
+    assert (remembered.version, remembered.feed.notes, remembered.file) == ("0.2.0", "Faster.", found.file)
+    assert remembered.size == found.size and remembered.current == "0.1.0"
+    assert check.remembered_offer(Settings(check_for_updates=False)) is None
+    with monkeypatch.context() as offline:
+        offline.setenv("HF_HUB_OFFLINE", "1")
+        assert check.remembered_offer(settings) is None
+
+    check.record_later("0.2.0", now=1_000_100)  # the user pressed Later
+    assert check.remembered_offer(settings) is None
+    assert check.check_when_due(settings, now=1_000_000 + 24 * 3600) is not None  # the next day's check
+    assert check.remembered_offer(settings) is not None  # found again: shown again
+
+    fake_build(monkeypatch, frozen_app, version="0.2.0", public_key=release_key[1], feed=feed_server.url(FEED_FILE))
+    assert check.remembered_offer(settings) is None  # installed: nothing newer to offer
+    fake_build(monkeypatch, frozen_app, version="0.1.0", public_key=release_key[1], feed="https://mirror.example/f")
+    assert check.remembered_offer(settings) is None  # another feed: its own check will say
+
+    fake_build(monkeypatch, frozen_app, version="0.1.0", public_key=release_key[1], feed=feed_server.url(FEED_FILE))
+    feed_server.publish("0.1.0", key=release_key[0], files=[tarball("0.1.0", APP)])
+    assert check.check_when_due(settings, now=1_000_000 + 48 * 3600) is None  # up to date now
+    assert check.remembered_offer(settings) is None
