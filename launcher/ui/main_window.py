@@ -43,7 +43,9 @@ from launcher.ui.panels.settings import SettingsPanel
 from launcher.ui.server_process import ServerEndpoint, ServerOutcome, ServerProcess
 from launcher.ui.updates import UpdateController, UpdateNote, status_text
 
-if TYPE_CHECKING:  # heavy (HTTP client, advisor, catalog): imported when first needed
+if TYPE_CHECKING:  # heavy (HTTP client, advisor, catalog, MCP SDK): imported when first needed
+    from launcher.chat.mcp_config import McpServer
+    from launcher.chat.mcp_host import McpHost
     from launcher.ui.metrics import LiveSample
     from launcher.ui.metrics_poller import MetricsPoller
     from launcher.ui.model_rows import ModelRow
@@ -119,6 +121,12 @@ class MainWindow(QMainWindow):
         self.logs_page = LogsPanel()
         self.agents_page = AgentsPanel(home=home, settings=self.settings)
         self.chat_page = ChatPanel()
+        self.chat_page.serve_starter_requested.connect(self.serve_chat_starter)
+        self.chat_page.show_models_requested.connect(lambda: self.show_page("models"))
+        self.chat_page.show_settings_requested.connect(lambda: self.show_page("settings"))
+        self.mcp_host: McpHost | None = None
+        self._mcp_wanted: dict[str, McpServer] = {}
+        self._mcp_stopping = False
         self.settings_page = SettingsPanel(self.settings, persist=save_settings)
         self.settings_page.saved.connect(lambda _settings: self.models_page.refresh())
         self.update_note = UpdateNote()
@@ -199,6 +207,8 @@ class MainWindow(QMainWindow):
         else:
             self.machine_page.set_probing()
             workers.run_in_background(probe, on_done=self.set_machine, on_failed=self._probe_failed)
+        # The MCP servers of mcp.json start with the app (off the UI thread: the SDK is a big import).
+        workers.run_in_background(_load_mcp_servers, on_done=self.start_mcp, on_failed=self._mcp_config_failed)
 
     # -- pages -----------------------------------------------------------------------------
     def add_page(self, key: str, title: str, widget: QWidget) -> None:
@@ -262,14 +272,17 @@ class MainWindow(QMainWindow):
         self.models_page.set_machine(machine, this_machine=self.this_machine)
         self.machine_changed.emit(machine)
 
-    def serve_row(self, row: ModelRow, *, start: bool = True) -> None:
-        """Make `row` the served model and (re)start the server with it."""
+    def serve_row(self, row: ModelRow, *, start: bool = True, show: bool = True, remember: bool = True) -> None:
+        """Make `row` the served model and (re)start the server with it. `show`: switch to the Server
+        page; `remember`: the next start preselects it."""
         if row.serve_spec is None:
             return
         self.served_row = row
         self.server_panel.set_model(row.serve_spec, row.title)
-        self.settings.last_model = row.key
-        self.show_page("server")
+        if remember:
+            self.settings.last_model = row.key
+        if show:
+            self.show_page("server")
         if not start:
             return
         if self.server.state == "stopped":
@@ -277,6 +290,52 @@ class MainWindow(QMainWindow):
         else:
             self.server.finished.connect(self._start_after_stop)
             self.server.stop()
+
+    def serve_chat_starter(self, path: Path) -> None:
+        """Serve the tiny demo chat model (the Chat page's offer) the normal way, staying on the Chat page.
+        Not remembered as the last model: it is a demo, and the Models page keeps the user's choice."""
+        from launcher.catalog.starter import CHAT_STARTER_NAME
+        from launcher.ui.model_rows import ModelRow
+
+        row = ModelRow(
+            key=f"local:{path}",
+            title=f"{CHAT_STARTER_NAME} (tiny demo model)",
+            subtitle="shipped with the app",
+            kind="local",
+            serve_spec=str(path),
+        )
+        self.serve_row(row, show=False, remember=False)
+
+    # -- MCP servers -----------------------------------------------------------------------
+    def start_mcp(self, servers: dict[str, McpServer]) -> None:
+        """Run these MCP servers (the enabled ones) for the chat, replacing the running ones."""
+        if self._shut_down:
+            return
+        self._mcp_wanted = servers
+        self.chat_page.set_mcp_error(None)
+        if self._mcp_stopping:
+            return  # the stop under way starts the latest set when it is done
+        if self.mcp_host is not None:
+            host, self.mcp_host = self.mcp_host, None
+            self.chat_page.set_mcp_host(None)
+            self._mcp_stopping = True
+            # Stopping waits for the servers to exit (seconds): off the UI thread, then the new set starts.
+            workers.run_in_background(host.stop, on_done=self._mcp_stopped, on_failed=self._mcp_stopped)
+            return
+        if not any(server.enabled for server in servers.values()):
+            return  # nothing to run: the SDK is not even imported
+        from launcher.chat.mcp_host import McpHost
+
+        self.mcp_host = McpHost(servers)
+        self.mcp_host.start()
+        self.chat_page.set_mcp_host(self.mcp_host)
+
+    def _mcp_stopped(self, _result: object = None) -> None:
+        self._mcp_stopping = False
+        self.start_mcp(self._mcp_wanted)
+
+    def _mcp_config_failed(self, message: str) -> None:
+        self.chat_page.set_mcp_error(message)
 
     def _rows_loaded(self, rows: list[ModelRow]) -> None:
         """Preselect the last served model (or the starter) so Start works without visiting Models."""
@@ -326,6 +385,7 @@ class MainWindow(QMainWindow):
         self.logs_page.append(line)
 
     def _server_state(self, state: str) -> None:
+        self.chat_page.set_server_state(state)
         texts = {
             "starting": "Loading the model…",
             "stopping": "Stopping the server…",
@@ -433,6 +493,9 @@ class MainWindow(QMainWindow):
         self._stop_poller()
         self.models_page.shutdown()
         self.chat_page.shutdown()
+        if self.mcp_host is not None:
+            self.mcp_host.stop()  # stdio servers must not outlive the app
+            self.mcp_host = None
         self.machine_page.gpu_pack.shutdown()
         self.updates.shutdown()
         self.server.stop_and_wait()
@@ -466,6 +529,16 @@ class MainWindow(QMainWindow):
         self.move(window.x, window.y)
         if window.maximized:
             self.setWindowState(self.windowState() | Qt.WindowState.WindowMaximized)
+
+
+def _load_mcp_servers() -> dict[str, McpServer]:
+    """mcp.json's servers (background job); the SDK is imported here too when one is enabled."""
+    from launcher.chat import mcp_config
+
+    servers = mcp_config.load()
+    if any(server.enabled for server in servers.values()):
+        import launcher.chat.mcp_host  # noqa: F401  the big import, here rather than on the UI thread
+    return servers
 
 
 def machine_summary(machine: Machine) -> str:
