@@ -123,10 +123,8 @@ class MainWindow(QMainWindow):
         self.chat_page = ChatPanel()
         self.chat_page.serve_starter_requested.connect(self.serve_chat_starter)
         self.chat_page.show_models_requested.connect(lambda: self.show_page("models"))
-        self.chat_page.show_settings_requested.connect(lambda: self.show_page("settings"))
+        self.chat_page.show_settings_requested.connect(self._show_mcp_settings)
         self.mcp_host: McpHost | None = None
-        self._mcp_wanted: dict[str, McpServer] = {}
-        self._mcp_stopping = False
         self.settings_page = SettingsPanel(self.settings, persist=save_settings)
         self.settings_page.saved.connect(lambda _settings: self.models_page.refresh())
         self.update_note = UpdateNote()
@@ -208,7 +206,7 @@ class MainWindow(QMainWindow):
             self.machine_page.set_probing()
             workers.run_in_background(probe, on_done=self.set_machine, on_failed=self._probe_failed)
         # The MCP servers of mcp.json start with the app (off the UI thread: the SDK is a big import).
-        workers.run_in_background(_load_mcp_servers, on_done=self.start_mcp, on_failed=self._mcp_config_failed)
+        workers.run_in_background(_load_mcp_servers, on_done=self._mcp_loaded, on_failed=self.chat_page.set_mcp_error)
 
     # -- pages -----------------------------------------------------------------------------
     def add_page(self, key: str, title: str, widget: QWidget) -> None:
@@ -221,6 +219,10 @@ class MainWindow(QMainWindow):
     def show_page(self, key: str) -> None:
         """Switch to a page by key ("server", "machine", ...)."""
         self.nav.setCurrentRow(self._page_index[key])
+
+    def _show_mcp_settings(self) -> None:
+        self.show_page("settings")
+        self.settings_page.scroll_to_mcp()
 
     def _first_update_status(self, text: str) -> None:
         if not self.settings_page.update_status.text():  # a check that answered first says more
@@ -307,35 +309,25 @@ class MainWindow(QMainWindow):
         self.serve_row(row, show=False, remember=False)
 
     # -- MCP servers -----------------------------------------------------------------------
-    def start_mcp(self, servers: dict[str, McpServer]) -> None:
-        """Run these MCP servers (the enabled ones) for the chat, replacing the running ones."""
+    def _mcp_loaded(self, loaded: tuple[dict[str, McpServer], str | None]) -> None:
+        """mcp.json was read: the Settings section shows its servers, and the enabled ones start.
+        The section restarts this same host whenever the user changes the servers."""
         if self._shut_down:
             return
-        self._mcp_wanted = servers
-        self.chat_page.set_mcp_error(None)
-        if self._mcp_stopping:
-            return  # the stop under way starts the latest set when it is done
-        if self.mcp_host is not None:
-            host, self.mcp_host = self.mcp_host, None
-            self.chat_page.set_mcp_host(None)
-            self._mcp_stopping = True
-            # Stopping waits for the servers to exit (seconds): off the UI thread, then the new set starts.
-            workers.run_in_background(host.stop, on_done=self._mcp_stopped, on_failed=self._mcp_stopped)
-            return
-        if not any(server.enabled for server in servers.values()):
-            return  # nothing to run: the SDK is not even imported
+        servers, problem = loaded
         from launcher.chat.mcp_host import McpHost
+        from launcher.ui.panels.mcp_servers import McpServersSection
 
-        self.mcp_host = McpHost(servers)
-        self.mcp_host.start()
-        self.chat_page.set_mcp_host(self.mcp_host)
-
-    def _mcp_stopped(self, _result: object = None) -> None:
-        self._mcp_stopping = False
-        self.start_mcp(self._mcp_wanted)
-
-    def _mcp_config_failed(self, message: str) -> None:
-        self.chat_page.set_mcp_error(message)
+        section = McpServersSection(servers, load_error=problem)
+        section.changed.connect(lambda _servers: self.chat_page.refresh_tools())
+        self.settings_page.set_mcp_section(section)
+        host = McpHost(servers)
+        self.mcp_host = host
+        section.attach(host)
+        self.chat_page.set_mcp_host(host)
+        self.chat_page.set_mcp_error(problem)
+        if any(server.enabled for server in servers.values()):
+            host.start()  # returns at once: the servers connect on the host's own thread
 
     def _rows_loaded(self, rows: list[ModelRow]) -> None:
         """Preselect the last served model (or the starter) so Start works without visiting Models."""
@@ -531,14 +523,16 @@ class MainWindow(QMainWindow):
             self.setWindowState(self.windowState() | Qt.WindowState.WindowMaximized)
 
 
-def _load_mcp_servers() -> dict[str, McpServer]:
-    """mcp.json's servers (background job); the SDK is imported here too when one is enabled."""
+def _load_mcp_servers() -> tuple[dict[str, McpServer], str | None]:
+    """mcp.json's servers and the problem reading it, if any (background job). The MCP SDK, which the
+    Settings section and the host need, is a big import: it happens here too, not on the UI thread."""
+    import launcher.ui.panels.mcp_servers  # noqa: F401
     from launcher.chat import mcp_config
 
-    servers = mcp_config.load()
-    if any(server.enabled for server in servers.values()):
-        import launcher.chat.mcp_host  # noqa: F401  the big import, here rather than on the UI thread
-    return servers
+    try:
+        return mcp_config.load(), None
+    except LauncherError as err:
+        return {}, str(err)
 
 
 def machine_summary(machine: Machine) -> str:

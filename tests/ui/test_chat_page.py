@@ -180,6 +180,11 @@ def test_a_conversation_and_the_mcp_servers_survive_an_app_restart(qtbot, served
     assert window.mcp_host is not None
     window.mcp_host.wait_ready(START_S)
     qtbot.waitUntil(lambda: f"{DEMO_TOOLS} tools from 1 server" in chat.tools_label.text(), timeout=10_000)
+    section = window.settings_page.mcp_section
+    assert section is not None and section.state_text("demo") == f"Ready: {DEMO_TOOLS} tools"
+    chat.tools_label.linkActivated.emit("settings")  # the tools line leads to the servers' settings
+    assert window.current_page() == "settings"
+    window.show_page("chat")
     connect(qtbot, chat, endpoint)
     outcome = send(qtbot, chat, "[markdown] plan my week")
     assert outcome.text == MARKDOWN and not outcome.error

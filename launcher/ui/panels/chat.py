@@ -497,6 +497,8 @@ class ChatPanel(QWidget):
             return "mcp.json has a problem"
         if not states:
             return "No MCP servers"
+        if all(state.state == "stopped" for state in states.values()):
+            return "No MCP server running"
         ready = [state for state in states.values() if state.state == "ready"]
         starting = [name for name, state in states.items() if state.state == "starting"]
         failed = [name for name, state in states.items() if state.state == "failed"]
@@ -507,6 +509,10 @@ class ChatPanel(QWidget):
         if failed:
             parts.append(f"{', '.join(sorted(failed))} failed")
         return " · ".join(parts)
+
+    def refresh_tools(self) -> None:
+        """Show the tools again (Settings changed the servers)."""
+        self._update_tools()
 
     def _update_tools(self) -> None:
         host = self.mcp_host

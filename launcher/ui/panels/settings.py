@@ -1,9 +1,12 @@
-"""Settings: the models folder (a Hugging Face cache), the Hugging Face token, and the update check.
+"""Settings: the models folder (a Hugging Face cache), the Hugging Face token, the update check, and the
+MCP servers whose tools the chat may use.
 
 Server defaults (engine, context, parallel, port, key) are the Server page's form, saved on quit.
-Everything lands in the one typed settings file (`launcher.core.settings`). The update check's
-switch applies at once (the window's schedule reads it); "Check now" asks the window's
-`UpdateController`, which reports back through `set_update_status`.
+Everything but the MCP servers lands in the one typed settings file (`launcher.core.settings`). The
+update check's switch applies at once (the window's schedule reads it); "Check now" asks the window's
+`UpdateController`, which reports back through `set_update_status`. The MCP servers section
+(`launcher.ui.panels.mcp_servers`, mcp.json) is built by the window once the MCP SDK is imported off
+the UI thread, and placed here with `set_mcp_section`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QScrollArea,
     QVBoxLayout,
     QWidget,
 )
@@ -38,9 +42,18 @@ class SettingsPanel(QWidget):
         super().__init__(parent)
         self.settings = settings
         self.persist = persist
-        layout = QVBoxLayout(self)
+        self.mcp_section: QWidget | None = None
+        content = QWidget()
+        layout = QVBoxLayout(content)
         layout.setContentsMargins(20, 16, 20, 16)
         layout.setSpacing(12)
+        self.scroll = QScrollArea()  # the MCP servers' list can outgrow a small window
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.scroll.setWidget(content)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(self.scroll)
         title = QLabel("Settings")
         title.setObjectName("PageTitle")
         layout.addWidget(title)
@@ -74,7 +87,25 @@ class SettingsPanel(QWidget):
         card.body.addLayout(row)
         layout.addWidget(card)
         layout.addWidget(self._updates_card())
+        self._mcp_slot = QVBoxLayout()
+        self.mcp_placeholder = muted("MCP servers: loading…")
+        self._mcp_slot.addWidget(self.mcp_placeholder)
+        layout.addLayout(self._mcp_slot)
         layout.addStretch(1)
+
+    def set_mcp_section(self, section: QWidget) -> None:
+        """Show the MCP servers section (built by the window once the SDK is loaded)."""
+        if self.mcp_section is not None:
+            self._mcp_slot.removeWidget(self.mcp_section)
+            self.mcp_section.deleteLater()
+        self.mcp_placeholder.hide()
+        self.mcp_section = section
+        self._mcp_slot.addWidget(section)
+
+    def scroll_to_mcp(self) -> None:
+        """Bring the MCP servers section into view (the Chat page's tools line links here)."""
+        if self.mcp_section is not None:
+            self.scroll.ensureWidgetVisible(self.mcp_section)
 
     def _updates_card(self) -> Card:
         card = Card("Updates")
