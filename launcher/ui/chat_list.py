@@ -100,6 +100,9 @@ class ConversationList(QWidget):
         self.search.textChanged.connect(lambda _text: self._search_timer.start())
         self.list = QListWidget()
         self.list.setAccessibleName("Conversations")
+        # Long titles end in "…" (the tooltip has them whole) rather than scrolling the list sideways.
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.list.setEditTriggers(
             QAbstractItemView.EditTrigger.EditKeyPressed | QAbstractItemView.EditTrigger.DoubleClicked
         )

@@ -361,7 +361,7 @@ def test_dropped_text_goes_into_the_prompt_and_an_image_to_a_text_model_gets_a_n
     binary.write_bytes(b"\x00\x01\x02" * 100)
     big = tmp_path / "big.log"
     big.write_text("x" * 300_000)
-    drop(qtbot, page, [notes, picture, binary, big])
+    drop(qtbot, page.prompt.viewport(), [notes, picture, binary, big])  # let go over the prompt box
     assert [a.name for a in page.pending] == ["notes.txt"]
     note = page.note.text()
     assert "photo.png was not attached: this model does not take images" in note
@@ -375,6 +375,15 @@ def test_dropped_text_goes_into_the_prompt_and_an_image_to_a_text_model_gets_a_n
     user = page.view.message_widgets()[-2]
     assert user.attachments.isVisible() and "notes.txt" in user.attachments.text()
     assert page.pending == [] and not page.attachments_label.isVisible()
+
+    # A server whose /v1/models entry says the model takes images (ours serves text-only models) gets them.
+    page.model_entries["scripted-model"]["capabilities"] = ["completion", "vision"]
+    drop(qtbot, page, [picture])
+    (image_attachment,) = page.pending
+    assert image_attachment.kind == "image" and image_attachment.mime == "image/png"
+    assert image_attachment.data_base64 and not page.note.isVisible()
+    qtbot.mouseClick(page.clear_attachments_button, Qt.MouseButton.LeftButton)
+    assert page.pending == [] and page.prompt.toPlainText() == ""
 
 
 # -- tools ------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPlainTextEdit,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
     QSplitter,
     QVBoxLayout,
@@ -145,6 +146,37 @@ def follows_instructions(endpoint: ServerEndpoint | None) -> bool:
 
 
 # -- the page ---------------------------------------------------------------------------------
+class ElidedLabel(QLabel):
+    """A one-line label that shortens its text with "…" to the width it gets (a long chat title must not
+    widen the window); `text()` is the whole text, also the tooltip."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._full = ""
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.setMinimumWidth(self.fontMetrics().horizontalAdvance("M") * 4)
+        self.setText(text)
+
+    def setText(self, text: str) -> None:
+        """Show `text`, shortened to the label's width."""
+        self._full = text
+        self.setToolTip(text)
+        self._elide()
+
+    def text(self) -> str:
+        """The whole text, not the shortened one shown."""
+        return self._full
+
+    def resizeEvent(self, event: object) -> None:
+        """Shorten again for the new width."""
+        super().resizeEvent(event)  # type: ignore[arg-type]
+        self._elide()
+
+    def _elide(self) -> None:
+        shown = self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, max(self.width(), 1))
+        super().setText(shown)
+
+
 class ChatSettingsRow(QFrame):
     """The chat's own settings: system prompt, temperature, output limit (shown by "Chat settings")."""
 
@@ -241,7 +273,7 @@ class ChatPanel(QWidget):
 
         title = QLabel("Chat")
         title.setObjectName("PageTitle")
-        self.chat_title = QLabel()
+        self.chat_title = ElidedLabel()
         self.chat_title.setObjectName("CardTitle")
         self.model_box = QComboBox()
         self.model_box.setAccessibleName("Model")
@@ -503,6 +535,8 @@ class ChatPanel(QWidget):
         starting = [name for name, state in states.items() if state.state == "starting"]
         failed = [name for name, state in states.items() if state.state == "failed"]
         tools = sum(len(state.tools) for state in ready)
+        if starting and not ready:
+            return f"Starting {len(starting)} MCP server{'s' if len(starting) != 1 else ''}…"
         parts = [f"{tools} tool{'s' if tools != 1 else ''} from {len(ready)} server{'s' if len(ready) != 1 else ''}"]
         if starting:
             parts.append(f"{len(starting)} starting")
