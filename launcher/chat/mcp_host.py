@@ -56,6 +56,7 @@ STDERR_LINES = 40
 _QUALIFIED = re.compile(r"[^a-zA-Z0-9_-]")
 _CALL_GRACE_S = 5.0  # beyond a call's own timeout, before the caller's thread gives up on the host
 _STOP_TIMEOUT_S = 20.0  # the SDK's stdio shutdown is bounded by ~6 s (stdin close, SIGTERM, SIGKILL)
+_ABANDONED_CALL_S = 30.0  # a call whose answer was given up on is cancelled after this, at the latest
 _STDERR_SETTLE_S = 3.0  # how long a crash waits for the rest of the server's stderr, for its message
 
 
@@ -99,7 +100,12 @@ class _StderrTail:
         self.ended = threading.Event()
         self._on_end = on_end
         self._reader = os.fdopen(read_fd, "rb", buffering=0)
-        threading.Thread(target=self._read, name="mcp-stderr", daemon=True).start()
+        self._thread = threading.Thread(target=self._read, name="mcp-stderr", daemon=True)
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        """Wait for the pipe's end (the server and its children have gone) up to `timeout` seconds."""
+        self._thread.join(timeout)
 
     def _read(self) -> None:
         reader: BinaryIO = self._reader
@@ -154,17 +160,24 @@ class McpHost:
         self._start_timeout_s = start_timeout_s
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
+        self._lifecycle = threading.RLock()  # one start, stop or restart at a time (a UI worker restarts)
         self._states = {name: ServerState(name, "stopped") for name in self._servers}
         self._callbacks: list[Callable[[ServerState], None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._running: dict[str, _Running] = {}
+        self._calls: set[asyncio.Future[mcp_types.CallToolResult]] = set()  # on the host's loop
+        self._waiting: set[concurrent.futures.Future[ToolResult]] = set()  # callers blocked in call()
         self._at_exit = _stop_at_exit(self)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> None:
         """Connect every enabled server, concurrently, in the host's thread; returns at once."""
+        with self._lifecycle:
+            self._start()
+
+    def _start(self) -> None:
         with self._lock:
             if self._loop is not None:
                 return
@@ -198,7 +211,12 @@ class McpHost:
 
     def stop(self) -> None:
         """End every server (stdio children are stopped, their process groups killed if they linger)
-        and the host's thread. The states become "stopped"; the host can be started again."""
+        and the host's thread. The states become "stopped"; the host can be started again. Blocks
+        for up to a few seconds while a server that ignores its closed stdin is terminated."""
+        with self._lifecycle:
+            self._stop()
+
+    def _stop(self) -> None:
         with self._lock:
             loop, thread = self._loop, self._thread
             running = list(self._running.values())
@@ -209,11 +227,20 @@ class McpHost:
             loop.call_soon_threadsafe(_cancel, run)
         futures = [run.future for run in running if run.future is not None]
         concurrent.futures.wait(futures, timeout=_STOP_TIMEOUT_S)
+        with self._lock:
+            waiting = list(self._waiting)
+        for future in waiting:  # a caller still blocked gets its answer now, not at its timeout
+            future.cancel()
+        with contextlib.suppress(Exception):  # those and the calls given up on end before the loop does
+            asyncio.run_coroutine_threadsafe(self._end_calls(), loop).result(timeout=_STOP_TIMEOUT_S)
         loop.call_soon_threadsafe(loop.stop)
         if thread is not None:
             thread.join(timeout=_STOP_TIMEOUT_S)
         if not loop.is_running():
             loop.close()
+        for run in running:  # the pipes ended with the processes: their readers are finishing
+            if run.stderr is not None:
+                run.stderr.join(_STDERR_SETTLE_S)
         with self._lock:
             self._loop = self._thread = None
             self._running = {}
@@ -222,12 +249,14 @@ class McpHost:
             self._set(name, "stopped", stderr=stderr)
 
     def restart(self, servers: Mapping[str, McpServer]) -> None:
-        """Stop, take a new configuration (Settings changed it), and start again; callbacks stay."""
-        self.stop()
-        with self._lock:
-            self._servers = dict(servers)
-            self._states = {name: ServerState(name, "stopped") for name in self._servers}
-        self.start()
+        """Stop, take a new configuration (Settings changed it), and start again; callbacks stay.
+        Blocking like `stop`: a UI calls it from a worker."""
+        with self._lifecycle:
+            self._stop()
+            with self._lock:
+                self._servers = dict(servers)
+                self._states = {name: ServerState(name, "stopped") for name in self._servers}
+            self._start()
 
     # -- what callers read -------------------------------------------------------------------------
 
@@ -289,14 +318,21 @@ class McpHost:
             future = asyncio.run_coroutine_threadsafe(self._call(run, tool, arguments, limit), loop)
         except RuntimeError:  # the loop stopped in between
             return ToolResult(f"The MCP servers were stopped, so {qualified} did not run.", True)
+        with self._lock:
+            self._waiting.add(future)
         try:
             return future.result(timeout=limit + _CALL_GRACE_S)
         except concurrent.futures.TimeoutError:
             future.cancel()
             return ToolResult(_timed_out(tool, limit), True)
+        except concurrent.futures.CancelledError:  # stop() ended it
+            return ToolResult(_stopped_during(tool), True)
         except Exception as err:  # the promise: a call never raises into the UI
             log.exception("MCP call %s failed", qualified)
             return ToolResult(f"The tool {tool.name} of MCP server {tool.server} failed: {_describe(err)}", True)
+        finally:
+            with self._lock:
+                self._waiting.discard(future)
 
     async def _call(self, run: _Running, tool: ToolInfo, arguments: dict[str, Any], limit: float) -> ToolResult:
         client = run.client
@@ -304,12 +340,18 @@ class McpHost:
             state = self._states.get(tool.server)
             why = state.error if state is not None and state.error else "it was stopped"
             return ToolResult(in_context(f"The MCP server {tool.server} is not running", why), True)
-        try:
-            # the SDK's own timeout also tells the server to cancel; the outer one is a backstop
-            with anyio.fail_after(limit + 1):
-                result = await client.call_tool(tool.name, arguments, read_timeout_seconds=limit)
-        except TimeoutError:
+        # The SDK's own timeout ends the call and tells the server to cancel it, but that notice may
+        # take seconds to reach a busy HTTP server: the answer does not wait for it, the task finishes
+        # in the background (and is cancelled outright should the SDK's clock somehow not end it).
+        task = asyncio.ensure_future(client.call_tool(tool.name, arguments, read_timeout_seconds=limit))
+        self._calls.add(task)
+        task.add_done_callback(self._call_done)
+        done, _ = await asyncio.wait({task}, timeout=limit + 0.5)
+        if not done:
+            asyncio.get_running_loop().call_later(_ABANDONED_CALL_S, task.cancel)
             return ToolResult(_timed_out(tool, limit), True)
+        try:
+            result = task.result()
         except MCPError as err:
             if err.code == mcp_types.REQUEST_TIMEOUT:
                 return ToolResult(_timed_out(tool, limit), True)
@@ -323,16 +365,22 @@ class McpHost:
             return ToolResult(f"The tool {tool.name} of MCP server {tool.server} failed: {_describe(err)}", True)
         return ToolResult(result_text(result), result.is_error)
 
+    def _call_done(self, task: asyncio.Future[mcp_types.CallToolResult]) -> None:
+        self._calls.discard(task)
+        if not task.cancelled():
+            task.exception()  # read, so an abandoned call's timeout is not reported as never retrieved
+
     async def _connection_lost(self, run: _Running, tool: ToolInfo) -> str:
         """The message for a call whose server went away; the server is marked failed."""
+        if run.stopping:  # the app stopped it: not the server's failure
+            return _stopped_during(tool)
         if run.stderr is not None:  # its last words come after the connection closed: wait for them
             with anyio.move_on_after(_STDERR_SETTLE_S):
                 await run.exited.wait()
         what = "stopped" if run.config.transport == "stdio" else "could not be reached"
         error = f"The MCP server {tool.server} {what} while running {tool.name}."
-        if not run.stopping:
-            self._set(tool.server, "failed", error=error, stderr=run.stderr_text())
-            run.client = None
+        self._set(tool.server, "failed", error=error, stderr=run.stderr_text())
+        run.client = None
         return _with_tail(error, run.stderr_text())
 
     # -- one server's life -------------------------------------------------------------------------
@@ -408,7 +456,8 @@ class McpHost:
         read_fd, write_fd = os.pipe()
 
         def ended() -> None:  # on the reader's thread
-            loop.call_soon_threadsafe(run.exited.set)
+            with contextlib.suppress(RuntimeError):  # the host stopped and closed its loop first
+                loop.call_soon_threadsafe(run.exited.set)
 
         run.stderr = _StderrTail(read_fd, ended)
         errlog = os.fdopen(write_fd, "w")
@@ -419,6 +468,13 @@ class McpHost:
                 yield streams
         finally:
             errlog.close()
+
+    async def _end_calls(self) -> None:
+        calls = list(self._calls)
+        for task in calls:
+            task.cancel()
+        if calls:
+            await asyncio.wait(calls, timeout=_STDERR_SETTLE_S)
 
     def _name_tools(self, server: str, tools: list[mcp_types.Tool]) -> dict[str, ToolInfo]:
         """The tools by the names the model sees: `<server>__<tool>` as ^[a-zA-Z0-9_-]{1,64}$, unique
@@ -528,6 +584,10 @@ def _timed_out(tool: ToolInfo, limit: float) -> str:
         f"The tool {tool.name} of MCP server {tool.server} did not finish within {limit:g} s, so the call was "
         "given up (Settings > MCP servers sets a server's timeout)."
     )
+
+
+def _stopped_during(tool: ToolInfo) -> str:
+    return f"The MCP servers were stopped while {tool.name} of {tool.server} ran."
 
 
 def _with_tail(message: str, stderr: str) -> str:

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from launcher.chat.mcp_config import McpServer, save
-from launcher.chat.mcp_host import McpHost, ServerState
+from launcher.chat.mcp_host import McpHost, ServerState, ToolResult
 from tests.chat.mcp_npm import install_filesystem_server
 from tests.server import keyring_backend
 
@@ -160,6 +160,22 @@ def test_stop_leaves_no_server_process(running: list[McpHost]) -> None:
     assert {state.state for state in host.states().values()} == {"stopped"}
     result = host.call("demo__add", {"a": 1, "b": 1})
     assert result.is_error  # a call after stop is an answer, not an exception
+
+
+def test_stop_during_a_call_answers_the_caller_at_once(running: list[McpHost]) -> None:
+    host = started(running, {"demo": demo()}, start_timeout_s=START_S)
+    answers: list[ToolResult] = []
+    caller = threading.Thread(target=lambda: answers.append(host.call("demo__slow", {"seconds": 300}, timeout_s=600)))
+    caller.start()
+    deadline = time.monotonic() + START_S
+    while "slow started" not in host.states()["demo"].stderr:  # the server got the call
+        assert time.monotonic() < deadline and caller.is_alive()
+        threading.Event().wait(0.02)
+    stopping = time.monotonic()
+    host.stop()
+    caller.join(30)
+    print(f"stop with a call in flight took {time.monotonic() - stopping:.2f} s")
+    assert answers == [ToolResult("The MCP servers were stopped while slow of demo ran.", True)]
 
 
 def test_a_streamable_http_server_lists_and_runs_its_tools(running: list[McpHost], http_url: str) -> None:

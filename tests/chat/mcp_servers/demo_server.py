@@ -36,6 +36,7 @@ def add(a: float, b: float) -> str:
 @server.tool()
 async def slow(seconds: float) -> str:
     """Wait `seconds`, then answer."""
+    print(f"demo server: slow started ({seconds:g} s)", file=sys.stderr, flush=True)  # tests wait for this line
     await anyio.sleep(seconds)
     return f"slept {seconds:g} s"
 
