@@ -4,7 +4,7 @@ The tool loop blocks: it streams, waits for the user's OK on each tool call, run
 streams again. So it runs here, off the UI thread, and every session event reaches the page
 through a queued signal, in order. `confirm` blocks this thread until the page answers with
 `decide(call_id, decision)` (the tool card's buttons); Stop sets the cancel event, which ends
-the stream at once and answers any pending question with "deny".
+the stream at once and ends a pending question (the call is reported as not run).
 
 `TurnRecorder` saves the turn into the `ChatStore` as it goes, from this thread (the store's
 connection is shared under a lock): the streamed text at most every `SAVE_EVERY_S` and at each
@@ -99,7 +99,9 @@ class TurnRecorder:
             self._round_just_finished = self.message_id
             self._next_round()
         elif isinstance(event, session.ToolCallResult):
-            self.store.add_message(self.conversation_id, "tool", event.text, tool_call_id=event.call_id)
+            # `error` marks a failed call (the view shows it as one after a restart); the model reads the text.
+            error = "The tool call failed." if event.is_error else None
+            self.store.add_message(self.conversation_id, "tool", event.text, tool_call_id=event.call_id, error=error)
         elif isinstance(event, session.Finished):
             if event.finish_reason == "cancelled" and just_finished is not None:
                 # The round was cut by Stop: the session hands its text over as a whole message.
@@ -189,7 +191,7 @@ class TurnWorker(QThread):
             self._decided.notify_all()
 
     def stop(self) -> None:
-        """End the turn now: the stream closes (the server stops generating) and a pending question is denied."""
+        """End the turn now: the stream closes (the server stops generating) and a pending question ends."""
         self._cancel.set()
         with self._decided:
             self._decided.notify_all()
@@ -246,13 +248,17 @@ class TurnWorker(QThread):
         self.event.emit(event)
 
     def _confirm(self, proposed: session.ToolCallProposed) -> session.Decision:
-        """Block until the page answers for this call, or Stop (deny)."""
+        """Block until the page answers for this call, or Stop."""
         with self._decided:
             self._asking = proposed.call_id
             try:
                 while proposed.call_id not in self._decisions and not self._cancel.is_set():
                     self._decided.wait(0.25)
-                return self._decisions.pop(proposed.call_id, "deny")
+                if proposed.call_id in self._decisions:
+                    return self._decisions.pop(proposed.call_id)
+                # Stopped while asking. Not "deny": the model would be told the user refused. The session
+                # checks the cancel event after the answer, so the call is reported "not run: stopped".
+                return "once"
             finally:
                 self._asking = None
 

@@ -409,6 +409,11 @@ def test_tools_over_stdio_allow_once_runs_the_call_and_deny_tells_the_model(page
     assert outcome.text == "The tool said: The user denied this call."
     assert "You denied the tool call" in page.note.text()
 
+    card = ask_tool(qtbot, page, 'CALL demo__add {"a": 3, "b": 3}')
+    outcome = answer_card(qtbot, page, page.stop_button)  # Stop while the card asks: nothing runs
+    assert outcome.stopped and card.result_text == "Not run: the user stopped this turn."
+    assert not card.denied and "denied" not in page.note.text()
+
     card = ask_tool(qtbot, page, 'CALL demo__add {"a": 4, "b": 4}')
     answer_card(qtbot, page, card.always_button)
     page.prompt.setPlainText('No question this time: CALL demo__add {"a": 5, "b": 5}')
@@ -418,8 +423,14 @@ def test_tools_over_stdio_allow_once_runs_the_call_and_deny_tells_the_model(page
     qtbot.waitUntil(lambda: page.worker is None, timeout=10_000)
 
     page.open_conversation(page.conversation.id)  # the cards come back from the store with their results
-    results = [c.result_text for c in page.view.findChildren(ToolCallCard) if c.result_text and not c.denied]
-    assert results == ["5", "8", "10"]
+    cards = [card for widget in page.view.message_widgets() for card in widget.cards]
+    assert [(c.result_text, c.is_error, c.denied) for c in cards] == [
+        ("5", False, False),
+        ("The user denied this call.", False, True),
+        ("Not run: the user stopped this turn.", True, False),
+        ("8", False, False),
+        ("10", False, False),
+    ]
 
 
 def test_tools_over_streamable_http(page, qtbot, hosts) -> None:  # type: ignore[no-untyped-def]
