@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
 
-from PySide6.QtCore import QSize, Qt, QUrl, Signal
+from PySide6.QtCore import QEvent, QSize, Qt, QUrl, Signal
 from PySide6.QtGui import QColor, QFont, QGuiApplication, QPalette, QTextCharFormat, QTextCursor, QTextDocument
 from PySide6.QtWidgets import (
     QFrame,
@@ -392,7 +392,7 @@ class CodeBlockView(QFrame):
 
     def set_code(self, code: str, *, final: bool = True) -> None:
         """Show `code`; while streaming (`final` False) freeze complete chunks so updates stay small."""
-        style = code_style_name(self.palette())
+        style = code_style_name(self._theme_palette())
         if style != self._style or not code.startswith(self._frozen):
             self._restart(style)
         self._code = code
@@ -409,19 +409,27 @@ class CodeBlockView(QFrame):
             self._frozen = code
             self._frozen_end = self.view.document().characterCount() - 1
 
+    def _theme_palette(self) -> QPalette:
+        # The transcript's palette: a style sheet gives this frame the code block's own background.
+        parent = self.parentWidget()
+        return parent.palette() if parent is not None else self.palette()
+
     def restyle(self) -> None:
         """Highlight again in the current palette's code style (the theme changed)."""
-        if code_style_name(self.palette()) != self._style:
+        if self._style and code_style_name(self._theme_palette()) != self._style:
             self.set_code(self._code)
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:
+            self.restyle()
 
     def _restart(self, style: str) -> None:
         self._style = style
         self._frozen = ""
         self._frozen_end = 0
-        colours = code_formats(style)
-        palette = self.view.palette()
-        palette.setColor(QPalette.ColorRole.Text, QColor(colours.foreground))
-        self.view.setPalette(palette)
+        # Every character gets its colour from the style's formats (the palette's text colour would
+        # not follow a theme switch under the app's style sheet).
         self.view.document().clear()
 
     def _replace_live(self, text: str) -> None:

@@ -344,6 +344,9 @@ class MessageWidget(QFrame):
 
     def set_status(self, text: str, *, error: bool = False) -> None:
         """A line under the message ("Answering…", an error, "Stopped")."""
+        if (text, error) == self._status:
+            return  # called on every render: a style sheet set again would restyle the label each time
+        self._status = (text, error)
         self.status.setText(text)
         self.status.setStyleSheet(f"color: {theme.BAD};" if error else "")
         self.status.setVisible(bool(text))
@@ -372,6 +375,10 @@ class MessageWidget(QFrame):
         self.message_id = message.id
         if self.key is None:
             self.key = _key(message, results)
+            if message.error:
+                self.set_status(message.error, error=True)
+            elif not message.finished:
+                self.set_status("Stopped before the end.")
             for card in self.cards:
                 result = results.get(card.call_id)
                 if result is not None and card.result_text is None:
@@ -389,6 +396,7 @@ class MessageWidget(QFrame):
             self.edit_clicked.emit(self.message_id)
 
     _plain_text = ""
+    _status: tuple[str, bool] = ("", False)
 
 
 _ROLE_NAMES = {"user": "You", "assistant": "Assistant", "system": "System prompt", "tool": "Tool result"}
@@ -426,6 +434,7 @@ class ChatView(QWidget):
         self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self._content = QWidget()
         self._content.setObjectName("ChatContent")
+        self._content.setAutoFillBackground(True)
         self._items = QVBoxLayout(self._content)
         self._items.setContentsMargins(4, 4, 4, 4)
         self._items.setSpacing(10)

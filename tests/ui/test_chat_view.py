@@ -4,6 +4,7 @@ streamed without stalling the event loop (measured with a 10 ms heartbeat)."""
 
 from __future__ import annotations
 
+import collections
 import gc
 import itertools
 import json
@@ -14,11 +15,12 @@ from typing import Any
 
 import pytest
 from PySide6.QtCore import QEventLoop, Qt, QTimer
-from PySide6.QtGui import QFont, QGuiApplication, QTextCursor
+from PySide6.QtGui import QColor, QFont, QGuiApplication, QTextCursor
 from PySide6.QtWidgets import QAbstractButton
 
 from launcher.chat.store import Attachment, Message
-from launcher.ui.chat_markdown import CodeBlockView, ProseView, split_stream
+from launcher.ui import theme
+from launcher.ui.chat_markdown import CodeBlockView, ProseView, code_formats, split_stream
 from launcher.ui.chat_view import ChatView, ToolCallCard
 
 CODE = (
@@ -116,6 +118,41 @@ def test_code_block_is_highlighted_and_copies_exactly_the_code(qtbot) -> None:  
     qtbot.mouseClick(button(block, "Copy code"), Qt.MouseButton.LeftButton)
     assert QGuiApplication.clipboard().text() == CODE
     assert copied == [CODE]
+
+
+@pytest.fixture
+def themed(qapp):  # type: ignore[no-untyped-def]
+    """The app's own look (style, palette, style sheet), put back as it was afterwards."""
+    style, palette, sheet = qapp.style().name(), qapp.palette(), qapp.styleSheet()
+    theme.apply(qapp, dark=False)
+    yield qapp
+    qapp.setStyle(style)
+    qapp.setPalette(palette)
+    qapp.setStyleSheet(sheet)
+
+
+def test_code_colours_follow_the_theme(qtbot, themed) -> None:  # type: ignore[no-untyped-def]
+    view = make_view(qtbot)
+    view.set_messages([message(1, "assistant", ANSWER)])
+    [block] = view.findChildren(CodeBlockView)
+
+    def colours() -> collections.Counter[str]:
+        cursor = QTextCursor(block.view.document())
+        found: collections.Counter[str] = collections.Counter()
+        for position, char in enumerate(CODE, start=1):
+            cursor.setPosition(position)
+            if not char.isspace():
+                found[cursor.charFormat().foreground().color().name()] += 1
+        return found
+
+    light = colours()
+    assert QColor(light.most_common(1)[0][0]).lightness() < 128  # dark text on the light block
+    assert code_formats("default").background in view.styleSheet()
+    theme.apply(themed, dark=True)
+    dark = colours()
+    assert block.view.document().toPlainText() == CODE and set(light) != set(dark)
+    assert QColor(dark.most_common(1)[0][0]).lightness() > 128  # light text on the dark block
+    assert code_formats("github-dark").background in view.styleSheet()
 
 
 def test_message_copy_edit_and_regenerate(qtbot) -> None:  # type: ignore[no-untyped-def]
@@ -295,6 +332,7 @@ TOKENS = 20_000
 TOKENS_PER_CHUNK = 5
 STALL_LIMIT_S = 0.050
 HEARTBEAT_MS = 10
+MACHINE_RETRIES = 3
 
 
 def _long_answer(tokens: int) -> str:
@@ -371,12 +409,25 @@ def _stream_and_measure(qtbot: Any) -> tuple[float, float, int, float]:
 
 
 def test_a_20000_token_answer_streams_without_stalling(qtbot) -> None:  # type: ignore[no-untyped-def]
-    stalls = []
-    for run in range(3):
+    """Three streams, each with every event-loop stall under 50 ms.
+
+    A stream whose stall passed 50 ms while the UI thread itself worked less than half of that in
+    every gap was held up by other processes (the CPU time is this thread's own, the rest is the
+    machine's scheduler): it is measured again, at most MACHINE_RETRIES times in all, and said so.
+    A stall of this code's own making fails at once.
+    """
+    stalls, retries = [], 0
+    while len(stalls) < 3:
         stall, busy, renders, seconds = _stream_and_measure(qtbot)
-        stalls.append(stall)
         print(
-            f"run {run + 1}: max event-loop stall {stall * 1000:.1f} ms (UI thread busy at most {busy * 1000:.1f} ms"
-            f" of a gap; {renders} renders in {seconds:.1f} s; load average {os.getloadavg()[0]:.1f})"
+            f"run {len(stalls) + 1}: max event-loop stall {stall * 1000:.1f} ms (UI thread busy at most"
+            f" {busy * 1000:.1f} ms of a gap; {renders} renders in {seconds:.1f} s;"
+            f" load average {os.getloadavg()[0]:.1f})"
         )
+        assert busy < STALL_LIMIT_S, f"the UI thread worked {busy * 1000:.1f} ms without a break"
+        if stall >= STALL_LIMIT_S and busy < STALL_LIMIT_S / 2 and retries < MACHINE_RETRIES:
+            retries += 1
+            print("  measured again: the machine, not this thread, held the event loop up")
+            continue
+        stalls.append(stall)
     assert max(stalls) < STALL_LIMIT_S, [f"{s * 1000:.1f} ms" for s in stalls]
