@@ -315,7 +315,7 @@ class AutoHeightBrowser(QTextBrowser):
     def sizeHint(self) -> QSize:
         return QSize(super().sizeHint().width(), self.height())
 
-    def loadResource(self, kind: int, url: QUrl) -> Any:
+    def loadResource(self, kind: int, url: QUrl | str) -> Any:
         return None
 
     def wheelEvent(self, event: Any) -> None:
@@ -446,7 +446,7 @@ class CodeBlockView(QFrame):
         else:
             # Runs of the same format go in one call: fewer crossings into Qt.
             run: list[str] = []
-            run_format: QTextCharFormat | None = None
+            run_format = colours.plain
             for token_type, value in lexer.get_tokens(text):
                 fmt = colours.format_for(token_type)
                 if fmt is not run_format and run:
@@ -481,7 +481,7 @@ def small_button(text: str, accessible_name: str, slot: Any) -> QToolButton:
 
 
 class MarkdownBody(QWidget):
-    """A message's markdown, growing by `append` and shown by `render` (complete blocks once, the tail again)."""
+    """A message's markdown, growing by `append` and shown by `refresh` (complete blocks once, the tail again)."""
 
     code_copied = Signal(str)
 
@@ -501,14 +501,14 @@ class MarkdownBody(QWidget):
         return self._parts[0] if self._parts else ""
 
     def append(self, delta: str) -> None:
-        """Add streamed text (shown at the next `render`)."""
+        """Add streamed text (shown at the next `refresh`)."""
         self._parts.append(delta)
 
     def set_text(self, text: str) -> None:
         """Show a complete text at once."""
         self.clear()
         self._parts = [text]
-        self.render(final=True)
+        self.refresh(final=True)
 
     def clear(self) -> None:
         """Remove everything."""
@@ -524,14 +524,15 @@ class MarkdownBody(QWidget):
 
     def blocks(self) -> list[ProseView | CodeBlockView]:
         """The rendered block widgets, in order."""
-        widgets = (self._layout.itemAt(i).widget() for i in range(self._layout.count()))
+        items = (self._layout.itemAt(i) for i in range(self._layout.count()))
+        widgets = (item.widget() for item in items if item is not None)
         return [w for w in widgets if isinstance(w, ProseView | CodeBlockView)]
 
     def code_blocks(self) -> list[CodeBlockView]:
         """The code block widgets, in order."""
         return [w for w in self.blocks() if isinstance(w, CodeBlockView)]
 
-    def render(self, *, final: bool = False, budget_s: float | None = None) -> bool:
+    def refresh(self, *, final: bool = False, budget_s: float | None = None) -> bool:
         """Render what arrived: new complete blocks once, then the tail (`final`: the text is complete).
 
         With `budget_s`, stop adding blocks once that much time is spent (at least one is added) and

@@ -90,7 +90,7 @@ class ReasoningFold(QWidget):
         return self._parts[0] if self._parts else ""
 
     def append(self, delta: str) -> None:
-        """Add streamed thinking (shown at the next `render` when unfolded)."""
+        """Add streamed thinking (shown at the next `refresh` when unfolded)."""
         self._parts.append(delta)
 
     def set_text(self, text: str) -> None:
@@ -98,7 +98,7 @@ class ReasoningFold(QWidget):
         self._parts = [text]
         self._shown = 0
         self.view.clear()
-        self.render()
+        self.refresh()
 
     def set_title(self, title: str) -> None:
         """The toggle's label."""
@@ -115,9 +115,9 @@ class ReasoningFold(QWidget):
             return
         self.toggle.setArrowType(Qt.ArrowType.DownArrow if expanded else Qt.ArrowType.RightArrow)
         self.view.setVisible(expanded)
-        self.render()
+        self.refresh()
 
-    def render(self) -> None:
+    def refresh(self) -> None:
         """Append what arrived to the view (only while unfolded: folded thinking costs nothing)."""
         if not self.is_expanded():
             return
@@ -310,24 +310,24 @@ class MessageWidget(QFrame):
         self.attachments.setVisible(bool(names))
 
     def append_text(self, delta: str) -> None:
-        """Streamed answer text (rendered by `render`)."""
+        """Streamed answer text (rendered by `refresh`)."""
         if self._reasoning_started is not None and self._reasoning_seconds is None:
             self._reasoning_seconds = time.monotonic() - self._reasoning_started
         self.body.append(delta)
 
     def append_reasoning(self, delta: str) -> None:
-        """Streamed thinking (rendered by `render`)."""
+        """Streamed thinking (rendered by `refresh`)."""
         if self._reasoning_started is None:
             self._reasoning_started = time.monotonic()
             self.reasoning.set_title("Thinking…")
             self.reasoning.show()
         self.reasoning.append(delta)
 
-    def render(self, *, final: bool = False, budget_s: float | None = None) -> bool:
+    def refresh(self, *, final: bool = False, budget_s: float | None = None) -> bool:
         """Show what was streamed since the last call (only the unfinished tail is rendered again);
-        False: `budget_s` ran out first, call again (see MarkdownBody.render)."""
-        done = self.body.render(final=final, budget_s=budget_s)
-        self.reasoning.render()
+        False: `budget_s` ran out first, call again (see MarkdownBody.refresh)."""
+        done = self.body.refresh(final=final, budget_s=budget_s)
+        self.reasoning.refresh()
         if self._reasoning_seconds is not None or (final and self._reasoning_started is not None):
             seconds = self._reasoning_seconds
             if seconds is None and self._reasoning_started is not None:
@@ -339,7 +339,7 @@ class MessageWidget(QFrame):
 
     def finish(self, error: str | None = None) -> None:
         """The stream ended (`error`: why it was cut short)."""
-        self.render(final=True)
+        self.refresh(final=True)
         self.set_status(error or "", error=bool(error))
 
     def set_status(self, text: str, *, error: bool = False) -> None:
@@ -426,12 +426,12 @@ class ChatView(QWidget):
         self._render_timer.setSingleShot(True)
         self._render_timer.timeout.connect(self._render_live)
 
-        self.scroll = QScrollArea()
-        self.scroll.setObjectName("ChatScroll")
-        self.scroll.setAccessibleName("Conversation")
-        self.scroll.setWidgetResizable(True)
-        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
-        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll_area = QScrollArea()
+        self.scroll_area.setObjectName("ChatScroll")
+        self.scroll_area.setAccessibleName("Conversation")
+        self.scroll_area.setWidgetResizable(True)
+        self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self._content = QWidget()
         self._content.setObjectName("ChatContent")
         self._content.setAutoFillBackground(True)
@@ -439,13 +439,13 @@ class ChatView(QWidget):
         self._items.setContentsMargins(4, 4, 4, 4)
         self._items.setSpacing(10)
         self._items.addStretch(1)
-        self.scroll.setWidget(self._content)
-        bar = self.scroll.verticalScrollBar()
+        self.scroll_area.setWidget(self._content)
+        bar = self.scroll_area.verticalScrollBar()
         bar.rangeChanged.connect(self._range_changed)
         bar.valueChanged.connect(self._scrolled)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.scroll)
+        layout.addWidget(self.scroll_area)
         self._apply_theme()
         _warm_up_once()
 
@@ -535,7 +535,7 @@ class ChatView(QWidget):
         """Show a tool call and ask; the card's `decided` (and this view's `tool_decided`) carries the answer."""
         live = self._live or self._start_live(None)
         self._render_timer.stop()
-        live.render(final=True)  # this round's text is complete; more text comes in a new message widget
+        live.refresh(final=True)  # this round's text is complete; more text comes in a new message widget
         card = ToolCallCard(call_id, qualified, arguments)
         card.decided.connect(self.tool_decided)
         self._cards[call_id] = card
@@ -587,7 +587,7 @@ class ChatView(QWidget):
         if self._live is None:
             return
         self.renders += 1
-        if not self._live.render(budget_s=RENDER_BUDGET_S):
+        if not self._live.refresh(budget_s=RENDER_BUDGET_S):
             # A backlog: show the rest in steps, letting the event loop (input, painting) run between them.
             self._render_timer.start(BACKLOG_STEP_MS)
 
@@ -646,7 +646,7 @@ class ChatView(QWidget):
         widget = item.widget() if item is not None else None
         if widget is None:
             return
-        if widget is self._live:
+        if self._live is not None and widget is self._live:
             self._render_timer.stop()
             self._live = None
             self._streaming = False
@@ -676,15 +676,15 @@ class ChatView(QWidget):
 
     def _range_changed(self, _minimum: int, maximum: int) -> None:
         if self._follow:
-            self.scroll.verticalScrollBar().setValue(maximum)
+            self.scroll_area.verticalScrollBar().setValue(maximum)
 
     def _scrolled(self, value: int) -> None:
-        self._follow = value >= self.scroll.verticalScrollBar().maximum() - _FOLLOW_SLACK_PX
+        self._follow = value >= self.scroll_area.verticalScrollBar().maximum() - _FOLLOW_SLACK_PX
 
     def scroll_to_bottom(self) -> None:
         """Show the end of the conversation and follow it again."""
         self._follow = True
-        bar = self.scroll.verticalScrollBar()
+        bar = self.scroll_area.verticalScrollBar()
         bar.setValue(bar.maximum())
 
     # --- theme ---

@@ -18,8 +18,9 @@ from PySide6.QtCore import QEventLoop, Qt, QTimer
 from PySide6.QtGui import QColor, QFont, QGuiApplication, QTextCursor
 from PySide6.QtWidgets import QAbstractButton
 
+from launcher.chat import session
 from launcher.chat.store import Attachment, Message
-from launcher.ui import theme
+from launcher.ui import chat_view, theme
 from launcher.ui.chat_markdown import CodeBlockView, ProseView, code_formats, split_stream
 from launcher.ui.chat_view import ChatView, ToolCallCard
 
@@ -283,6 +284,7 @@ def test_tool_error_and_stored_calls(qtbot) -> None:  # type: ignore[no-untyped-
     assert len(view.message_widgets()) == 3  # tool results show on their cards
     assert view.card("c1").result_view.toPlainText() == "3"
     assert view.card("c2").denied
+    assert chat_view.DENIED_TEXT == session.DENIED_TEXT  # how a stored denial is recognised
     assert not buttons(view, "Allow once")  # history asks nothing
 
 
