@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import html
 import logging
 import mimetypes
 from dataclasses import dataclass
@@ -464,19 +465,20 @@ class ChatPanel(QWidget):
             and not on_starter
             and not follows_instructions(endpoint)
         )
+        model = html.escape(endpoint.model) if endpoint is not None else ""
         if on_starter and endpoint is not None:
             text = (
-                f"Talking to {endpoint.model}, a tiny demo model that runs anywhere: it answers, but weakly. "
+                f"Talking to {model}, a tiny demo model that runs anywhere: it answers, but weakly. "
                 "For real work, serve <a href='models'>the model recommended for this machine</a>."
             )
         elif endpoint is not None and not follows_instructions(endpoint):
             text = (
-                f"{endpoint.model} is a pretrained model without chat training: its answers will wander. "
+                f"{model} is a pretrained model without chat training: its answers will wander. "
                 "Chat with a model that follows instructions, such as "
                 "<a href='models'>the one recommended for this machine</a>."
             )
         elif endpoint is not None:
-            text = f"Talking to the server at {endpoint.base_url}"
+            text = f"Talking to the server at {html.escape(endpoint.base_url)}"
         elif self._server_state == "starting":
             text = "The server is loading the model…"
         else:
