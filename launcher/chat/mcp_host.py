@@ -161,6 +161,7 @@ class McpHost:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._lifecycle = threading.RLock()  # one start, stop or restart at a time (a UI worker restarts)
+        self._closed = False
         self._states = {name: ServerState(name, "stopped") for name in self._servers}
         self._callbacks: list[Callable[[ServerState], None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -179,7 +180,7 @@ class McpHost:
 
     def _start(self) -> None:
         with self._lock:
-            if self._loop is not None:
+            if self._loop is not None or self._closed:
                 return
             loop = asyncio.new_event_loop()
             self._loop = loop
@@ -247,6 +248,13 @@ class McpHost:
         for name in self._servers:
             stderr = next((run.stderr_text() for run in running if run.config.name == name), "")
             self._set(name, "stopped", stderr=stderr)
+
+    def close(self) -> None:
+        """Stop for good, as the app quits: a restart still queued (Settings changed the servers just
+        before) starts nothing afterwards."""
+        with self._lifecycle:
+            self._closed = True
+            self._stop()
 
     def restart(self, servers: Mapping[str, McpServer]) -> None:
         """Stop, take a new configuration (Settings changed it), and start again; callbacks stay.

@@ -301,6 +301,14 @@ def test_restart_takes_a_new_configuration(running: list[McpHost]) -> None:
     assert ("two", "ready") in [(state.name, state.state) for state in seen]  # callbacks stay
 
 
+def test_after_close_a_late_restart_starts_nothing(running: list[McpHost]) -> None:
+    host = started(running, {"one": demo("one")}, start_timeout_s=START_S)
+    host.close()
+    host.restart({"one": demo("one")})  # what a Settings change queued just before quitting does
+    assert host.states() == {"one": ServerState("one", "stopped")}
+    assert not [c for c in psutil.Process().children(recursive=True) if str(DEMO) in " ".join(c.cmdline())]
+
+
 def test_the_published_filesystem_server_from_npm(running: list[McpHost], tmp_path: Path) -> None:
     try:
         executable = install_filesystem_server()
