@@ -42,7 +42,7 @@ from launcher.ui import theme
 SOFT_LIMIT = 1200
 HARD_LIMIT = 4000
 # A streaming code block freezes its highlighted lines in chunks of about this size.
-CODE_FREEZE_CHARS = 1500
+CODE_FREEZE_CHARS = 600
 
 MARKDOWN_FEATURES = QTextDocument.MarkdownFeature(
     QTextDocument.MarkdownFeature.MarkdownDialectGitHub.value | QTextDocument.MarkdownFeature.MarkdownNoHTML.value
@@ -71,13 +71,22 @@ class Block:
     end: int = 0  # where the block's source ends in the message (a complete block's renderer resumes there)
 
 
+Fence = tuple[str, int, int, int, str]  # an open code fence: (char, length, opener start, code start, language)
+
+
 @dataclass(frozen=True)
 class Split:
-    """`blocks` are complete and never change; the tail from `offset` is still growing (shown as `tail`)."""
+    """`blocks` are complete and never change; the tail from `offset` is still growing (shown as `tail`).
+
+    While the tail is an open code fence, `fence` and `scanned` (where its unread lines start) let
+    the next call resume there instead of reading the whole block again.
+    """
 
     blocks: list[Block]
     offset: int
     tail: Block | None
+    fence: Fence | None = None
+    scanned: int = 0
 
 
 def _lines(text: str, start: int, *, final: bool) -> Iterator[tuple[int, int, int]]:
@@ -147,18 +156,33 @@ def _code_text(lines: str) -> str:
     return lines[:-1] if lines.endswith("\n") else lines
 
 
+def _word_cut(text: str, lo: int) -> int:
+    """An overlong paragraph without a line break: after its last sentence, else its last space (the
+    rest shows as a new paragraph, which beats rendering the whole paragraph again on every update)."""
+    sentence = max(text.rfind(". ", lo), text.rfind("? ", lo), text.rfind("! ", lo))
+    if sentence > lo:
+        return sentence + 2
+    space = text.rfind(" ", lo)
+    return space + 1 if space > lo else lo
+
+
 def _hide_partial_fence(text: str) -> str:
     last_line = text.rfind("\n") + 1
     return text[:last_line] if _PARTIAL_FENCE.match(text, last_line) else text
 
 
-def split_stream(text: str, start: int = 0, *, final: bool = False) -> Split:
-    """Cut text[start:] into complete blocks and the growing tail (`final`: the text is complete)."""
+def split_stream(text: str, start: int = 0, *, final: bool = False, resume: Split | None = None) -> Split:
+    """Cut text[start:] into complete blocks and the growing tail (`final`: the text is complete).
+
+    `resume`: the previous call's result for the same text (grown since), to go on where it stopped.
+    """
     blocks: list[Block] = []
     prose_start = start
-    fence: tuple[str, int, int, int, str] | None = None  # (char, length, opener start, code start, language)
+    fence: Fence | None = None
     scanned = start  # the start of the first line not yet complete
-    for line_start, line_end, next_start in _lines(text, start, final=final):
+    if resume is not None and resume.fence is not None and resume.offset == start:
+        fence, scanned = resume.fence, resume.scanned
+    for line_start, line_end, next_start in _lines(text, scanned, final=final):
         line = text[line_start:line_end]
         scanned = next_start
         if fence is None:
@@ -179,12 +203,15 @@ def split_stream(text: str, start: int = 0, *, final: bool = False) -> Split:
         if final:
             blocks.append(Block("code", _code_text(code), fence[4], len(text)))
             return Split(blocks, len(text), None)
-        return Split(blocks, fence[2], Block("code", _hide_partial_fence(code), fence[4]))
+        return Split(blocks, fence[2], Block("code", _hide_partial_fence(code), fence[4]), fence, scanned)
     if final:
         blocks.extend(_prose_blocks(text, prose_start, len(text)))
         return Split(blocks, len(text), None)
     if len(text) - prose_start > SOFT_LIMIT:
-        cut = _safe_cut(text, prose_start, scanned, hard=len(text) - prose_start > HARD_LIMIT)
+        hard = len(text) - prose_start > HARD_LIMIT
+        cut = _safe_cut(text, prose_start, scanned, hard=hard)
+        if cut <= prose_start and hard:
+            cut = _word_cut(text, prose_start)
         if cut > prose_start:
             blocks.append(Block("markdown", text[prose_start:cut], end=cut))
             prose_start = cut
@@ -489,6 +516,7 @@ class MarkdownBody(QWidget):
         super().__init__(parent)
         self._parts: list[str] = []
         self._offset = 0  # text before this is rendered into frozen widgets
+        self._split: Split | None = None  # the last split, to resume reading an open code block
         self._live: ProseView | CodeBlockView | None = None
         self._layout = QVBoxLayout(self)
         self._layout.setContentsMargins(0, 0, 0, 0)
@@ -514,6 +542,7 @@ class MarkdownBody(QWidget):
         """Remove everything."""
         self._parts = []
         self._offset = 0
+        self._split = None
         self._live = None
         while self._layout.count():
             item = self._layout.takeAt(0)
@@ -542,7 +571,7 @@ class MarkdownBody(QWidget):
         """
         deadline = None if budget_s is None else time.perf_counter() + budget_s
         text = self.text()
-        split = split_stream(text, self._offset, final=final)
+        split = self._split = split_stream(text, self._offset, final=final, resume=self._split)
         for index, block in enumerate(split.blocks):
             if deadline is not None and index and time.perf_counter() > deadline:
                 return False  # the tail waits too: it is further on than what is shown

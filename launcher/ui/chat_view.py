@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 RENDER_INTERVAL_MS = 50  # a streamed message is rendered again at most this often
 RENDER_BUDGET_S = 0.004  # one render adds new blocks for about this long, then lets the event loop run
 BACKLOG_STEP_MS = 1
+REASONING_CHUNK_CHARS = 2000  # one box of unfolded thinking holds about this much
 SHOWN_CHARS = 4000  # a tool call's arguments or result beyond this are cut in the card (Copy copies all)
 DENIED_TEXT = "The user denied this call."  # what launcher.chat.session tells the model on Deny
 _FOLLOW_SLACK_PX = 24  # this close to the bottom still counts as "at the bottom": keep following the answer
@@ -57,12 +58,17 @@ _warmed = False
 
 
 class ReasoningFold(QWidget):
-    """The model's thinking, folded under a toggle ("Thinking…", "Thought for 4 s", "Reasoning")."""
+    """The model's thinking, folded under a toggle ("Thinking…", "Thought for 4 s", "Reasoning").
+
+    Unfolded, streamed thinking is appended (never set again) into boxes of about
+    REASONING_CHUNK_CHARS, so even one endless paragraph never has to be laid out whole per update.
+    """
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._parts: list[str] = []
-        self._shown = 0  # characters of the text already in the view (it grows by appending)
+        self._shown = 0  # characters of the text already in the boxes
+        self._box_full = True  # the next text starts a new box
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
@@ -74,20 +80,25 @@ class ReasoningFold(QWidget):
         self.toggle.setArrowType(Qt.ArrowType.RightArrow)
         self.toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.toggle.toggled.connect(self.set_expanded)
-        self.view = AutoHeightBrowser()
-        self.view.setAccessibleName("Reasoning text")
-        palette = self.view.palette()
-        palette.setColor(QPalette.ColorRole.Text, theme.MUTED)
-        self.view.setPalette(palette)
-        self.view.hide()
+        self.body = QWidget()
+        self.body.setAccessibleName("Reasoning text")
+        self._boxes_layout = QVBoxLayout(self.body)
+        self._boxes_layout.setContentsMargins(0, 0, 0, 0)
+        self._boxes_layout.setSpacing(0)
+        self.boxes: list[AutoHeightBrowser] = []
+        self.body.hide()
         layout.addWidget(self.toggle, 0, Qt.AlignmentFlag.AlignLeft)
-        layout.addWidget(self.view)
+        layout.addWidget(self.body)
 
     def text(self) -> str:
         """All the reasoning received."""
         if len(self._parts) > 1:
             self._parts = ["".join(self._parts)]
         return self._parts[0] if self._parts else ""
+
+    def shown_text(self) -> str:
+        """The text in the boxes (what unfolding shows so far)."""
+        return "\n".join(box.toPlainText() for box in self.boxes)
 
     def append(self, delta: str) -> None:
         """Add streamed thinking (shown at the next `refresh` when unfolded)."""
@@ -97,7 +108,11 @@ class ReasoningFold(QWidget):
         """Show a complete reasoning text."""
         self._parts = [text]
         self._shown = 0
-        self.view.clear()
+        self._box_full = True
+        for box in self.boxes:
+            box.hide()
+            box.deleteLater()
+        self.boxes = []
         self.refresh()
 
     def set_title(self, title: str) -> None:
@@ -114,19 +129,38 @@ class ReasoningFold(QWidget):
             self.toggle.setChecked(expanded)  # comes back here through `toggled`
             return
         self.toggle.setArrowType(Qt.ArrowType.DownArrow if expanded else Qt.ArrowType.RightArrow)
-        self.view.setVisible(expanded)
+        self.body.setVisible(expanded)
         self.refresh()
 
     def refresh(self) -> None:
-        """Append what arrived to the view (only while unfolded: folded thinking costs nothing)."""
+        """Append what arrived to the boxes (only while unfolded: folded thinking costs nothing)."""
         if not self.is_expanded():
             return
         text = self.text()
-        if len(text) > self._shown:
-            cursor = QTextCursor(self.view.document())
+        while self._shown < len(text):
+            if self._box_full:
+                self._add_box()
+            box = self.boxes[-1]
+            room = REASONING_CHUNK_CHARS - box.document().characterCount()
+            piece = text[self._shown : self._shown + max(room, 1)]
+            if self._shown + len(piece) < len(text) and len(piece) >= room:
+                # This box is full: it ends at a line break or a space, the rest goes in the next one.
+                cut = max(piece.rfind("\n"), piece.rfind(" ")) + 1
+                piece = piece[:cut] if cut > 0 else piece
+                self._box_full = True
+            cursor = QTextCursor(box.document())
             cursor.movePosition(QTextCursor.MoveOperation.End)
-            cursor.insertText(text[self._shown :])
-            self._shown = len(text)
+            cursor.insertText(piece.rstrip("\n") if self._box_full else piece)
+            self._shown += len(piece)
+
+    def _add_box(self) -> None:
+        box = AutoHeightBrowser()
+        palette = box.palette()
+        palette.setColor(QPalette.ColorRole.Text, theme.MUTED)
+        box.setPalette(palette)
+        self._boxes_layout.addWidget(box)
+        self.boxes.append(box)
+        self._box_full = False
 
 
 class ToolCallCard(QFrame):

@@ -20,8 +20,8 @@ from PySide6.QtWidgets import QAbstractButton
 
 from launcher.chat import session
 from launcher.chat.store import Attachment, Message
-from launcher.ui import chat_view, theme
-from launcher.ui.chat_markdown import CodeBlockView, ProseView, code_formats, split_stream
+from launcher.ui import chat_markdown, chat_view, theme
+from launcher.ui.chat_markdown import Block, CodeBlockView, ProseView, code_formats, split_stream
 from launcher.ui.chat_view import ChatView, ToolCallCard
 
 CODE = (
@@ -225,16 +225,29 @@ def test_reasoning_is_folded_then_expands(qtbot) -> None:  # type: ignore[no-unt
     view.append_text("The answer.")
     view.finish()
     fold = view.message_widgets()[-1].reasoning
-    assert fold.isVisible() and not fold.view.isVisible()  # folded
+    assert fold.isVisible() and not fold.body.isVisible()  # folded
     assert fold.toggle.text().startswith("Thought for")
     toggle = button(view, "Reasoning")
     qtbot.mouseClick(toggle, Qt.MouseButton.LeftButton)
-    assert fold.view.isVisible() and fold.view.toPlainText() == "Let me think about this carefully."
+    assert fold.body.isVisible() and fold.shown_text() == "Let me think about this carefully."
     qtbot.mouseClick(toggle, Qt.MouseButton.LeftButton)
-    assert not fold.view.isVisible()
+    assert not fold.body.isVisible()
+    # Long thinking streams into boxes of bounded size (each update lays out only the last one).
+    view.begin_assistant()
+    view.append_reasoning("x")
+    view._render_live()
+    fold = view.message_widgets()[-1].reasoning
+    fold.set_expanded(True)
+    endless = " ".join(f"thought{i}" for i in range(1500))
+    for start in range(0, len(endless), 400):
+        view.append_reasoning(endless[start : start + 400])
+        view._render_live()
+    view.finish()
+    assert len(fold.boxes) >= 5 and fold.shown_text().replace("\n", "") == "x" + endless
+    assert all(box.document().characterCount() <= chat_view.REASONING_CHUNK_CHARS + 1 for box in fold.boxes)
     # Stored thinking is folded too.
     view.set_messages([message(1, "assistant", "Answer", reasoning="Because.")])
-    assert button(view, "Reasoning") and not view.message_widgets()[0].reasoning.view.isVisible()
+    assert button(view, "Reasoning") and not view.message_widgets()[0].reasoning.body.isVisible()
 
 
 @pytest.mark.parametrize(
@@ -313,19 +326,39 @@ def test_streamed_markdown_ends_as_the_stored_rendering(qtbot) -> None:  # type:
     assert "```" not in rendered_text(streamed) and "A heading" in rendered_text(streamed)
 
 
+def _streamed_blocks(text: str, step: int) -> list[Block]:
+    """The blocks `split_stream` completes while `text` arrives `step` characters at a time."""
+    committed: list[Block] = []
+    split = None
+    for end in range(0, len(text), step):
+        split = split_stream(text[:end], split.offset if split else 0, resume=split)
+        committed.extend(split.blocks)
+    committed.extend(split_stream(text, split.offset if split else 0, final=True, resume=split).blocks)
+    return committed
+
+
 def test_split_stream_never_changes_a_complete_block() -> None:
     text = _long_answer(3000)
     final = split_stream(text, final=True)
     assert "".join(b.text for b in final.blocks if b.kind == "markdown").count("```") == 0
-    offset, committed = 0, []
-    for end in range(0, len(text), 37):
-        split = split_stream(text[:end], offset)
-        committed.extend(split.blocks)
-        offset = split.offset
-    committed.extend(split_stream(text, offset, final=True).blocks)
+    committed = _streamed_blocks(text, 37)
     assert [b.text for b in committed if b.kind == "code"] == [b.text for b in final.blocks if b.kind == "code"]
     prose = "".join(b.text for b in committed if b.kind == "markdown")
     assert re.sub(r"\s+", " ", prose).strip() == re.sub(r"\s+", " ", _without_code(text)).strip()
+
+
+def test_split_stream_bounds_the_tail() -> None:
+    # One endless paragraph: cut after sentences, so the part rendered again stays small.
+    paragraph = "This sentence goes on. " * 2000
+    committed = _streamed_blocks(paragraph, 50)
+    assert "".join(b.text for b in committed) == paragraph
+    assert max(len(b.text) for b in committed) <= 2 * chat_markdown.HARD_LIMIT
+    # One huge code block: read once (resumed, not re-read), complete when its fence closes.
+    code = "".join(f"line_{i} = {i}\n" for i in range(5000))
+    [block] = _streamed_blocks(f"```python\n{code}```\n", 64)
+    assert block.kind == "code" and block.language == "python" and block.text == code.removesuffix("\n")
+    # The tail hides a fence still being typed ("``" would flash as text before the block appears).
+    assert split_stream("Text\n``").tail == Block("markdown", "Text\n")
 
 
 # --- the stall measurement -------------------------------------------------------------------------
