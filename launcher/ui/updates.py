@@ -9,18 +9,27 @@ off the UI thread, and nothing is downloaded before the user presses "Download a
 
 When the app checks: after the window shows (`UpdateController.start`) and then every hour it asks
 `check.due(settings)`, which says yes once a day unless the check is off in Settings, the user chose
-offline (HF_HUB_OFFLINE), or the build knows no feed. A failed check is not the user's problem: it is
-logged, and the Settings page shows it as "failed (reason)", never as an error box.
+offline (HF_HUB_OFFLINE), or the build knows no feed (a failed check is asked again at the next
+hourly look, three times, then daily). When it is not due, the release the last check found is shown
+again without asking the feed (`check.remembered_offer`), unless the user pressed "Later" for it
+since. A failed check is not the user's problem: it is logged, and the Settings page shows it as
+"failed (reason)", never as an error box. "Check now" always gets an answer: pressed while a
+scheduled look is running, it asks the feed once that look ends, if the look did not.
 
-Installing: the app's own server is stopped first; a failure leaves the running version as it was
-(the server started again). After a good install the new executable is started on the same page and,
-when a server was running, with `--serve` so it serves the same model and settings again; then this
-app quits. A .deb install, a source checkout and a pip install are not replaced by the app: the note
-says how to update them instead of offering a download.
+Installing: the app's own server is stopped first; a failure before the new version is in place
+leaves the running version as it was (the server started again). Once it is in place the install
+counts as done, whatever follows (a GPU pack or another server that does not come back is a line of
+the report: `launcher.updates.apply`), and the downloaded file leaves the cache. The new executable
+is started on the same page and, when a server was running, with `--serve` so it serves the same
+model and settings again; then this app quits. If the new version cannot be started, the window
+says so and stays. A .deb install, a source checkout and a pip install are not replaced by the app:
+the note says how to update them instead of offering a download.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import html
 import logging
 import subprocess
 import threading
@@ -74,20 +83,28 @@ QFrame#UpdateNote {{ background: palette(base); border: 1px solid palette(mid);
 
 @dataclass(frozen=True)
 class CheckResult:
-    """What one check found: `checked` False when it was not due (nothing was sent)."""
+    """What one check found: `checked` False when it was not due (nothing was sent; `offer` is then
+    the one the last check found, if it is still to be shown). `status` is the Settings page's line."""
 
     checked: bool
     offer: UpdateOffer | None = None
     at: float = 0.0
+    status: str = ""
 
 
 def scheduled_check(settings: Settings) -> CheckResult:
-    """The daily check (worker thread): reads the feed only when `check.due(settings)`."""
+    """The daily check (worker thread): reads the feed only when `check.due(settings)`, else says what
+    the last check found; a failure is counted (a feed that keeps failing is then asked daily)."""
     from launcher.updates import check
 
     if not check.due(settings):
-        return CheckResult(checked=False)
-    return _read_feed()
+        result = CheckResult(checked=False, offer=check.remembered_offer(settings))
+        return dataclasses.replace(result, status=status_text(result))
+    try:
+        return _read_feed()
+    except Exception:
+        check.record_failure()
+        raise
 
 
 def requested_check() -> CheckResult:
@@ -103,11 +120,19 @@ def _read_feed() -> CheckResult:
     from launcher.updates import check
 
     offer = check.check()
-    check.record_check()
-    return CheckResult(checked=True, offer=offer, at=time.time())
+    check.record_check(offer=offer)
+    result = CheckResult(checked=True, offer=offer, at=time.time())
+    return dataclasses.replace(result, status=status_text(result))
 
 
-def restart_command(restart_argv: list[str], *, page: str | None, serve: bool) -> list[str]:
+def remember_later(version: str) -> None:
+    """The user pressed "Later" on `version`'s note (worker thread): not shown again until a check reads the feed."""
+    from launcher.updates import check
+
+    check.record_later(version)
+
+
+def new_app_command(restart_argv: list[str], *, page: str | None, serve: bool) -> list[str]:
     """The new version's command line: its executable, the page shown now, and `--serve` when a server ran."""
     argv = [*restart_argv, "gui"]
     if page:
@@ -123,24 +148,15 @@ def install_update(offer: UpdateOffer, downloaded: Downloaded) -> InstallResult:
     Servers that other commands started from this installation (`launcher serve` in a terminal) run
     the old files too: they are stopped first and started again from the new version, with their own
     command lines; after a failure, from the old one. The GPU packs follow the app, so the old app
-    never loads a pack built for the new engine."""
-    # Everything used after the swap is imported before it: from then on the old app's executable
-    # path holds the new version, and a frozen app imports from that path.
-    from launcher.updates import install, servers
+    never loads a pack built for the new engine. Raises only when the new version is NOT installed
+    (`launcher.updates.apply`)."""
+    # Everything used after the swap is imported before it (apply imports what it needs): from then on
+    # the old app's executable path holds the new version, and a frozen app imports from that path.
+    from launcher.updates import servers
+    from launcher.updates.apply import apply_update
 
     stopped = servers.stop(servers.servers_of(offer.installation))
-    try:
-        result = install.install(offer.installation, downloaded.path, offer.version)
-    except BaseException:
-        if stopped:
-            servers.restart(stopped)  # the old version serves again as before
-        raise
-    lines = [result.message, *install.install_packs(downloaded.packs)]
-    if stopped and result.restart_argv:
-        lines += [restarted.message for restarted in servers.restart(stopped, result.restart_argv[0])]
-    elif stopped:
-        lines.append(f"{len(stopped)} server(s) of this installation were stopped; start them again after the update.")
-    return install.InstallResult(result.restart_argv, "\n".join(lines))
+    return apply_update(offer.installation, downloaded, offer.version, stopped)
 
 
 def start_new_app(argv: list[str]) -> None:
@@ -173,7 +189,12 @@ def status_text(result: CheckResult | None = None, *, failure: str | None = None
         if not current.feed_url():
             return f"This build has no update feed ({current.detect_installation().how})."
         last = check.last_check()
-        return f"Last check: {_when(last)}." if last is not None else "Not checked yet."
+        if last is None:
+            return "Not checked yet."
+        if result is not None and result.offer is not None:
+            offer = result.offer
+            return f"Last check {_when(last)}: launcher {offer.version} is available (you have {offer.current})."
+        return f"Last check: {_when(last)}."
     if result.offer is None:
         return f"Last check {_when(result.at)}: up to date (launcher {current.current_version()})."
     offer = result.offer
@@ -258,10 +279,16 @@ class UpdateNote(QFrame):
         self.full_notes.setFixedHeight(self.fontMetrics().lineSpacing() * lines + 2 * self.full_notes.frameWidth() + 8)
         self.more_button.setChecked(False)
         self.more_button.setVisible(more)
-        if feed.notes_url:
-            url = feed.notes_url.replace('"', "%22")
-            self.notes_link.setText(f'<a href="{url}">Release notes</a>')
-        self.notes_link.setVisible(bool(feed.notes_url))
+        # A link the user clicks opens in their browser: only an https:// page (the feed's parser drops
+        # any other already; this is the last line before the desktop hands a URL to some program).
+        from launcher.updates.feed import is_https
+
+        link = feed.notes_url if feed.notes_url and is_https(feed.notes_url) else None
+        if link:
+            self.notes_link.setText(f'<a href="{html.escape(link.strip(), quote=True)}">Release notes</a>')
+        else:
+            self.notes_link.setText("")
+        self.notes_link.setVisible(link is not None)
         can_install = installation.can_update and offer.file is not None
         self.install_button.setVisible(can_install)
         if can_install:
@@ -272,7 +299,8 @@ class UpdateNote(QFrame):
                 "download it from the project's releases page."
             )
         else:
-            self.how.setText(installation.how[:1].upper() + installation.how[1:] + ".")
+            how = offer.how  # for a .deb: with the release's own package name
+            self.how.setText(how[:1].upper() + how[1:] + ".")
         self.how.setVisible(bool(self.how.text()))
         self.status.setText("")
         self.status.setVisible(False)
@@ -348,6 +376,7 @@ class UpdateController(QObject):
         self._quit_app = quit_app
         self.offer: UpdateOffer | None = None
         self.checking = False
+        self._check_requested = False  # "Check now" pressed while a scheduled look was running
         self.download: UpdateDownload | None = None
         self.installing = False
         self.progress_dialog: QProgressDialog | None = None
@@ -373,12 +402,18 @@ class UpdateController(QObject):
         workers.run_in_background(scheduled_check, self.settings, on_done=self._checked, on_failed=self._check_failed)
 
     def check_now(self) -> None:
-        """The Settings page's "Check now"."""
-        if self.checking:
-            return  # the running check answers
-        if self._busy():
+        """The Settings page's "Check now": it always ends with a status line (the page waits for one)."""
+        if self.download is not None or self.installing:
             self.status_changed.emit("An update is downloading or installing; check again when it is done.")
             return
+        if self.checking:
+            # A scheduled look is running: it answers if it reads the feed, else the feed is asked
+            # once it ends (a look that was not due sends nothing and would leave the page waiting).
+            self._check_requested = True
+            return
+        self._start_requested_check()
+
+    def _start_requested_check(self) -> None:
         self.checking = True
         workers.run_in_background(requested_check, on_done=self._checked, on_failed=self._check_failed)
 
@@ -387,26 +422,45 @@ class UpdateController(QObject):
 
     def _checked(self, result: CheckResult) -> None:
         self.checking = False
-        if result.checked:
-            self.offer = result.offer
-            if result.offer is None:
-                self.note.setVisible(False)
-            elif self.download is None and not self.installing:
-                log.info("update available: %s", result.offer.summary())
-                self.note.show_offer(result.offer)
-            self.offer_changed.emit(result.offer)
-            self.status_changed.emit(status_text(result))
+        # A look that was not due brings back the release the last check found (the app was started
+        # again): shown once, not again at every hourly look (the user may have read or hidden it).
+        remembered = result.offer is not None and (self.offer is None or self.offer.version != result.offer.version)
+        if result.checked or remembered:
+            self._show(result.offer)
+        if self._check_requested and not result.checked:
+            self._check_requested = False
+            self.check_finished.emit(result)
+            self._start_requested_check()
+            return
+        self._check_requested = False
+        self.status_changed.emit(result.status or status_text(result))
         self.check_finished.emit(result)
+
+    def _show(self, offer: UpdateOffer | None) -> None:
+        self.offer = offer
+        if offer is None:
+            self.note.setVisible(False)
+        elif self.download is None and not self.installing:
+            log.info("update available: %s", offer.summary())
+            self.note.show_offer(offer)
+        self.offer_changed.emit(offer)
 
     def _check_failed(self, message: str) -> None:
         self.checking = False
+        self._check_requested = False  # the feed was asked: this is the answer
         log.warning("update check failed: %s", message)  # not an error box: a failed check is not the user's problem
         self.status_changed.emit(status_text(failure=message))
         self.check_finished.emit(message)
 
     def later(self) -> None:
-        """Hide the note until the next check finds the release again."""
+        """Hide the note until a check reads the feed again (a restart meanwhile does not bring it back)."""
         self.note.setVisible(False)
+        if self.offer is not None:
+            workers.run_in_background(
+                remember_later,
+                self.offer.version,
+                on_failed=lambda text: log.warning("could not remember Later: %s", text),
+            )
 
     # -- download ------------------------------------------------------------------------------
     def download_and_install(self) -> None:
@@ -504,19 +558,22 @@ class UpdateController(QObject):
         log.info("update installed: %s", result.message)
         config, self._resume = self._resume, None
         argv = (
-            restart_command(result.restart_argv, page=self._current_page(), serve=config is not None)
+            new_app_command(result.restart_argv, page=self._current_page(), serve=config is not None)
             if result.restart_argv
             else None
         )
+        # The window saves what the new version starts with (its settings) before that one starts.
         self._prepare_restart()
         if argv is not None:
             try:
                 start_new_app(argv)
-            except OSError as err:
+            except Exception as err:  # the window stays, and says so: quitting now would leave no app at all
+                log.warning("the new version could not be started: %s", err)
                 self._tell(
                     QMessageBox.Icon.Warning,
                     "The new version did not start",
-                    f"{result.message}\n\nIt could not be started ({err}); start Launcher again yourself.",
+                    f"{result.message}\n\nThe new version is installed, but it could not be started "
+                    f"({workers.error_text(err)}). Quit this window and start Launcher again.",
                 )
                 return
         self._quit_app()

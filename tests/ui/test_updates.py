@@ -8,6 +8,7 @@ Only the very last step, starting the new executable, is replaced, to see the co
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import sys
@@ -23,12 +24,12 @@ from launcher.core.config import ServeConfig
 from launcher.core.settings import Settings
 from launcher.core.units import format_bytes
 from launcher.hardware.recorded import load_recorded
-from launcher.ui import updates
+from launcher.ui import updates, workers
 from launcher.ui.main_window import MainWindow
 from launcher.ui.updates import UpdateNote
-from launcher.updates import signing
+from launcher.updates import download, install, signing
 from launcher.updates.check import UpdateOffer
-from launcher.updates.current import Installation
+from launcher.updates.current import Installation, deb_how
 from launcher.updates.feed import FEED_FILE, parse_feed
 from tests.updates.feed_server import FeedServer, Served, fake_build
 
@@ -197,6 +198,53 @@ def test_download_and_install_replaces_the_app_and_restarts_it_serving_again(  #
     saved = settings_store.load()
     assert (saved.serve.port, saved.serve.parallel, saved.serve.context) == (8555, 3, 4096)
     assert not window.isVisible()  # this version quit
+    assert list(download.updates_dir().iterdir()) == []  # installed: the download left the cache
+
+
+def test_a_failure_after_the_new_version_is_in_place_is_not_called_a_failed_install(  # type: ignore[no-untyped-def]
+    qtbot, tmp_path, server, key, app_folder, monkeypatch, started
+) -> None:
+    """The packs step (or restarting another server) fails once the folders were swapped: the new
+    version IS installed, so it starts; the window does not say "not installed ... keeps running"."""
+    seed, public = key
+    publish(server, seed, monkeypatch, app_folder, public)
+
+    def packs_fail(_packs: object) -> list[str]:
+        raise RuntimeError("the packs folder vanished")
+
+    monkeypatch.setattr(install, "install_packs", packs_fail)
+    window = window_for(qtbot, tmp_path, save_settings=False)
+    show_and_check(qtbot, window)
+    window.update_note.install_button.click()
+    qtbot.waitUntil(lambda: bool(started), timeout=60_000)
+    assert started[0] == [str(app_folder / "launcher"), "gui", "--page", "models"]
+    assert (app_folder / "launcher").read_bytes() == script(NEW)
+    assert window.updates.message is None and not window.isVisible()
+
+
+def test_when_the_new_version_cannot_be_started_the_window_says_so_and_stays(  # type: ignore[no-untyped-def]
+    qtbot, tmp_path, server, key, app_folder, monkeypatch
+) -> None:
+    seed, public = key
+    publish(server, seed, monkeypatch, app_folder, public)
+
+    def cannot_start(_argv: list[str]) -> None:
+        raise ValueError("embedded null byte")  # not only an OSError: whatever Popen raises
+
+    monkeypatch.setattr(updates, "start_new_app", cannot_start)
+    window = window_for(qtbot, tmp_path, save_settings=False)
+    show_and_check(qtbot, window)
+    window.update_note.install_button.click()
+    qtbot.waitUntil(lambda: window.updates.message is not None, timeout=60_000)
+    message = window.updates.message
+    assert message is not None and message.windowTitle() == "The new version did not start"
+    assert "The new version is installed, but it could not be started (ValueError: embedded null byte)" in (
+        message.text()
+    )
+    assert "Quit this window and start Launcher again." in message.text()
+    assert window.isVisible()  # not quit: the user reads why and what to do
+    assert (app_folder / "launcher").read_bytes() == script(NEW)
+    message.close()
 
 
 def test_a_bad_signature_is_refused_with_a_clear_message_and_nothing_is_installed(  # type: ignore[no-untyped-def]
@@ -330,6 +378,52 @@ def test_a_failed_check_is_shown_in_settings_not_as_an_error(  # type: ignore[no
     assert page.check_now_button.isEnabled() and window.update_note.isVisible()
 
 
+def test_check_now_while_a_scheduled_look_runs_that_is_not_due_still_gets_an_answer(  # type: ignore[no-untyped-def]
+    qtbot, tmp_path, monkeypatch
+) -> None:
+    """The start look is not due (the check is off); "Check now" pressed meanwhile must not be left at
+    "Checking…" with its button disabled: the feed is asked once the look ends."""
+    monkeypatch.setenv("LAUNCHER_UPDATE_FEED", "http://127.0.0.1:9/update-feed.json")  # nothing listens there
+    window = window_for(qtbot, tmp_path, Settings(check_for_updates=False), save_settings=False)
+    page = window.settings_page
+    window.updates.start()  # the start look, running on a worker thread
+    assert window.updates.checking
+    page.check_now_button.click()
+    assert page.update_status.text() == "Checking…" and not page.check_now_button.isEnabled()
+    qtbot.waitUntil(page.check_now_button.isEnabled, timeout=30_000)
+    assert ": failed (Could not reach the update feed at http://127.0.0.1:9/update-feed.json" in (
+        page.update_status.text()
+    )
+    assert not window.updates.checking
+    window.shutdown()
+
+
+def test_a_restart_the_same_day_shows_the_known_release_without_asking_unless_later(  # type: ignore[no-untyped-def]
+    qtbot, tmp_path, server, key, app_folder, monkeypatch
+) -> None:
+    seed, public = key
+    publish(server, seed, monkeypatch, app_folder, public)
+    first = window_for(qtbot, tmp_path, save_settings=False)
+    show_and_check(qtbot, first)
+    assert first.update_note.isVisible() and len(server.requests) == 1
+    first.shutdown()
+
+    again = window_for(qtbot, tmp_path, save_settings=False)  # started again, within the day
+    result = show_and_check(qtbot, again)
+    assert isinstance(result, updates.CheckResult) and not result.checked  # not due: nothing sent
+    assert len(server.requests) == 1
+    assert again.update_note.isVisible() and again.update_note.title.text() == "Launcher 0.2.0 is available"
+    assert "launcher 0.2.0 is available (you have 0.1.0)" in again.settings_page.update_status.text()
+    again.update_note.later_button.click()
+    workers.pool().waitForDone(10_000)  # "Later" is remembered off the UI thread
+    again.shutdown()
+
+    after_later = window_for(qtbot, tmp_path, save_settings=False)
+    show_and_check(qtbot, after_later)
+    assert not after_later.update_note.isVisible() and len(server.requests) == 1
+    after_later.shutdown()
+
+
 def test_the_settings_checkbox_turns_the_check_off(qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]
     settings = Settings()
     window = window_for(qtbot, tmp_path, settings, save_settings=False)
@@ -399,6 +493,12 @@ def offer_for(installation: Installation, *, with_file: bool) -> UpdateOffer:
             ),
             "Install it with sudo apt install ./launcher.deb.",
         ),
+        (
+            Installation(
+                "setup", "windows-x64", Path("C:/Program Files/Launcher"), False, "run the new installer yourself"
+            ),
+            "Run the new installer yourself.",
+        ),
     ],
 )
 def test_installations_the_app_does_not_replace_say_how_instead(qtbot, installation, says) -> None:  # type: ignore[no-untyped-def]
@@ -412,6 +512,41 @@ def test_installations_the_app_does_not_replace_say_how_instead(qtbot, installat
     assert note.detail.text() == "Released 2026-12-02 · you have 0.1.0"
 
 
+def test_a_deb_note_names_the_releases_own_package(qtbot) -> None:  # type: ignore[no-untyped-def]
+    note = UpdateNote()
+    qtbot.addWidget(note)
+    deb = Installation("deb", "linux-arm64", Path("/opt/launcher"), False, deb_how())
+    offer = offer_for(deb, with_file=True)
+    assert offer.file is not None
+    package = offer.file.model_copy(update={"kind": "deb", "name": "launcher_0.2.0_arm64.deb"})
+    note.show_offer(dataclasses.replace(offer, file=package))
+    assert note.install_button.isHidden()
+    assert note.how.text().endswith("and install it with sudo apt install ./launcher_0.2.0_arm64.deb.")
+    assert "<version>" not in note.how.text() and "amd64" not in note.how.text()
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://github.com/o/r/releases/tag/v0.2.0", True),
+        ("file:///etc/passwd", False),
+        ("javascript:alert(1)", False),
+        ("http://example.org/notes", False),
+        ("smb://server/share/setup.exe", False),
+    ],
+)
+def test_only_an_https_release_notes_link_is_shown(qtbot, url, shown) -> None:  # type: ignore[no-untyped-def]
+    note = UpdateNote()
+    qtbot.addWidget(note)
+    tar = Installation("tar.gz", "linux-x86_64", Path("/apps/launcher"), True, "the update replaces the app folder")
+    offer = offer_for(tar, with_file=True)
+    # As if the feed's parser had let it through (it drops any but https): the note checks again.
+    unchecked = offer.feed.model_copy(update={"notes_url": url})
+    note.show_offer(dataclasses.replace(offer, feed=unchecked))
+    assert note.notes_link.isVisibleTo(note) is shown
+    assert (f'href="{url}"' in note.notes_link.text()) is shown
+
+
 def test_the_note_gives_the_download_size(qtbot) -> None:  # type: ignore[no-untyped-def]
     note = UpdateNote()
     qtbot.addWidget(note)
@@ -421,12 +556,12 @@ def test_the_note_gives_the_download_size(qtbot) -> None:  # type: ignore[no-unt
     assert note.detail.text() == "Released 2026-12-02 · 5.0 MiB download · you have 0.1.0"
 
 
-def test_the_restart_command_keeps_the_page_and_the_server() -> None:
-    assert updates.restart_command(["/a/launcher"], page="chat", serve=True) == [
+def test_the_new_app_command_keeps_the_page_and_the_server() -> None:
+    assert updates.new_app_command(["/a/launcher"], page="chat", serve=True) == [
         "/a/launcher",
         "gui",
         "--page",
         "chat",
         "--serve",
     ]
-    assert updates.restart_command(["/a/launcher"], page=None, serve=False) == ["/a/launcher", "gui"]
+    assert updates.new_app_command(["/a/launcher"], page=None, serve=False) == ["/a/launcher", "gui"]
