@@ -209,6 +209,9 @@ def test_a_conversation_and_the_mcp_servers_survive_an_app_restart(qtbot, served
     qtbot.mouseClick(code.copy_button, Qt.MouseButton.LeftButton)
     assert QApplication.clipboard().text() == "def add(a, b):\n    return a + b"
     qtbot.waitUntil(lambda: again.mcp_host is not None, timeout=10_000)
+    assert again.mcp_host is not None
+    again.mcp_host.wait_ready(START_S)
+    qtbot.waitUntil(lambda: f"{DEMO_TOOLS} tools from 1 server" in chat.tools_label.text(), timeout=10_000)
     again.close()
 
 
