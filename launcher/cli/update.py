@@ -12,6 +12,8 @@ running as before. The app's window (or another command of this installation, su
 
 A source checkout is updated with git and a pip install with pip: the command says so instead. A
 .deb installation downloads and verifies the new package and prints the apt command to install it.
+In offline mode (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE, the switch the model commands honour) the
+feed is not read: the command says so and exits 1.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     """Check, then (unless --check) download and install."""
     # Everything needed after the old folder is renamed is imported now: a frozen app reads its
     # modules from its own executable's path, which then holds the new version.
+    from launcher.catalog.hub_client import is_offline
     from launcher.catalog.progress import TerminalBar
     from launcher.core.errors import UpdateError
     from launcher.core.units import format_bytes
@@ -48,6 +51,11 @@ def run(args: argparse.Namespace) -> int:
     if installation.kind == "pip":
         print(f"launcher {check.current_version()} was installed with pip; update it with pip install -U launcher.")
         return 0
+    if is_offline():  # the user's "no network" switch: the model commands honour it, and so does this one
+        raise UpdateError(
+            "Offline mode is on (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE is set), so the update feed was not read; "
+            "unset it to check for a new version."
+        )
     offer = check.check(url=args.feed)
     check.record_check(offer=offer, url=args.feed)  # the app's next start shows the note without asking again
     if offer is None:

@@ -295,6 +295,23 @@ def test_a_failure_after_the_swap_is_reported_but_the_update_is_installed(
     assert not any(updates_dir().iterdir())  # the installed download left the cache
 
 
+@pytest.mark.parametrize("variable", ["HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"])
+def test_offline_mode_reads_no_feed(
+    app: Path,
+    feed_server: FeedServer,
+    release_key: tuple[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    variable: str,
+) -> None:
+    feed_server.publish("0.2.0", key=release_key[0], files=[release(tmp_path)])
+    monkeypatch.setenv(variable, "1")
+    assert main(["update", "--check"]) == 1
+    assert "Offline mode is on (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE is set)" in capsys.readouterr().err
+    assert feed_server.requests == []
+
+
 def test_update_is_a_command(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--help"])
