@@ -486,7 +486,8 @@ class MainWindow(QMainWindow):
         self.models_page.shutdown()
         self.chat_page.shutdown()
         if self.mcp_host is not None:
-            self.mcp_host.stop()  # stdio servers must not outlive the app
+            # For good: stdio servers must not outlive the app, and a restart Settings queued starts nothing.
+            self.mcp_host.close()
             self.mcp_host = None
         self.machine_page.gpu_pack.shutdown()
         self.updates.shutdown()
