@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
 
-from PySide6.QtCore import QEvent, QSize, Qt, QUrl, Signal
+from PySide6.QtCore import QEvent, Qt, QUrl, Signal
 from PySide6.QtGui import QColor, QFont, QGuiApplication, QPalette, QTextCharFormat, QTextCursor, QTextDocument
 from PySide6.QtWidgets import (
     QFrame,
@@ -41,6 +41,8 @@ from launcher.ui import theme
 # its last line break even where that splits a list (rendering cost beats a list's continuity).
 SOFT_LIMIT = 1200
 HARD_LIMIT = 4000
+# A long stored answer is shown this much more at a time (MarkdownBody.advance).
+PROGRESSIVE_STEP_CHARS = 3000
 # A streaming code block freezes its highlighted lines in chunks of about this size.
 CODE_FREEZE_CHARS = 600
 
@@ -339,9 +341,6 @@ class AutoHeightBrowser(QTextBrowser):
         if height != self.height():
             self.setFixedHeight(height)
 
-    def sizeHint(self) -> QSize:
-        return QSize(super().sizeHint().width(), self.height())
-
     def loadResource(self, kind: int, url: QUrl | str) -> Any:
         return None
 
@@ -517,6 +516,8 @@ class MarkdownBody(QWidget):
         self._parts: list[str] = []
         self._offset = 0  # text before this is rendered into frozen widgets
         self._split: Split | None = None  # the last split, to resume reading an open code block
+        self._upto: int | None = None  # a text set progressively: how much of it is given to `refresh`
+        self._caught_up = True  # the last `refresh` showed all it was given
         self._live: ProseView | CodeBlockView | None = None
         self._layout = QVBoxLayout(self)
         self._layout.setContentsMargins(0, 0, 0, 0)
@@ -532,11 +533,38 @@ class MarkdownBody(QWidget):
         """Add streamed text (shown at the next `refresh`)."""
         self._parts.append(delta)
 
-    def set_text(self, text: str) -> None:
-        """Show a complete text at once."""
+    def set_text(self, text: str, *, progressive: bool = False) -> None:
+        """Show a complete text: at once, or (`progressive`) a part per `advance` call, as if it
+        streamed in, so a long stored answer never holds the event loop."""
         self.clear()
         self._parts = [text]
-        self.refresh(final=True)
+        if progressive:
+            self._upto = 0
+        else:
+            self.refresh(final=True)
+
+    def pending(self) -> bool:
+        """A text set progressively is not all shown yet."""
+        return self._upto is not None
+
+    def advance(self, budget_s: float) -> bool:
+        """Show the next part of a text set progressively (see `refresh` for `budget_s`); True when
+        all of it is shown."""
+        if self._upto is None:
+            return True
+        text = self.text()
+        if self._caught_up and len(text) - self._upto <= PROGRESSIVE_STEP_CHARS:
+            self._upto = len(text)  # the rest in one go, rendered as final (no tail shown first)
+        if self._upto >= len(text):
+            if self.refresh(final=True, budget_s=budget_s):
+                self._upto = None
+                return True
+            return False
+        if self._caught_up:
+            line_end = text.find("\n", self._upto + PROGRESSIVE_STEP_CHARS)
+            self._upto = len(text) if line_end < 0 else line_end + 1
+        self._caught_up = self.refresh(budget_s=budget_s, upto=self._upto)
+        return False
 
     def clear(self) -> None:
         """Remove everything."""
@@ -544,6 +572,8 @@ class MarkdownBody(QWidget):
         self._offset = 0
         self._split = None
         self._live = None
+        self._upto = None
+        self._caught_up = True
         while self._layout.count():
             item = self._layout.takeAt(0)
             widget = item.widget() if item is not None else None
@@ -561,16 +591,17 @@ class MarkdownBody(QWidget):
         """The code block widgets, in order."""
         return [w for w in self.blocks() if isinstance(w, CodeBlockView)]
 
-    def refresh(self, *, final: bool = False, budget_s: float | None = None) -> bool:
+    def refresh(self, *, final: bool = False, budget_s: float | None = None, upto: int | None = None) -> bool:
         """Render what arrived: new complete blocks once, then the tail (`final`: the text is complete).
 
         With `budget_s`, stop adding blocks once that much time is spent (at least one is added) and
         return False, and leave the tail to the next call when blocks were added: the caller renders
         again soon, and the event loop runs in between. A burst of text (a slow machine, a backlog)
-        is then shown over several short steps, never one long stall.
+        is then shown over several short steps, never one long stall. `upto`: render as if only
+        that much of the text had arrived.
         """
         deadline = None if budget_s is None else time.perf_counter() + budget_s
-        text = self.text()
+        text = self.text() if upto is None else self.text()[:upto]
         split = self._split = split_stream(text, self._offset, final=final, resume=self._split)
         for index, block in enumerate(split.blocks):
             if deadline is not None and index and time.perf_counter() > deadline:

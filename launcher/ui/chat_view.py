@@ -50,6 +50,13 @@ if TYPE_CHECKING:
 RENDER_INTERVAL_MS = 50  # a streamed message is rendered again at most this often
 RENDER_BUDGET_S = 0.004  # one render adds new blocks for about this long, then lets the event loop run
 BACKLOG_STEP_MS = 1
+# set_messages shows a conversation of up to OPEN_AT_ONCE_CHARS of text and OPEN_AT_ONCE_MESSAGES
+# messages before it returns; of a longer one, what OPEN_BUDGET_S allows (the end first), the rest in
+# steps of BACKFILL_BUDGET_S while the event loop runs.
+OPEN_AT_ONCE_CHARS = 8000
+OPEN_AT_ONCE_MESSAGES = 12
+OPEN_BUDGET_S = 0.015
+BACKFILL_BUDGET_S = 0.008  # a step of that work: the event loop runs between steps
 REASONING_CHUNK_CHARS = 2000  # one box of unfolded thinking holds about this much
 SHOWN_CHARS = 4000  # a tool call's arguments or result beyond this are cut in the card (Copy copies all)
 DENIED_TEXT = "The user denied this call."  # what launcher.chat.session tells the model on Deny
@@ -262,7 +269,11 @@ class ToolCallCard(QFrame):
 
 
 class MessageWidget(QFrame):
-    """One message: who, its text (markdown for answers, plain for the user's), its actions and cards."""
+    """One message: who, its text (markdown for answers, plain for the user's), its actions and cards.
+
+    What most messages lack (thinking, attachments, a status line, Edit, Regenerate) is made on first
+    use: a long conversation opens with a few widgets per message, not a dozen.
+    """
 
     copy_clicked = Signal(str)
     edit_clicked = Signal(int)
@@ -277,48 +288,88 @@ class MessageWidget(QFrame):
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
         self._reasoning_started: float | None = None
         self._reasoning_seconds: float | None = None
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(12, 8, 12, 8)
-        layout.setSpacing(4)
-        header = QHBoxLayout()
-        header.setSpacing(2)
+        self._reasoning: ReasoningFold | None = None
+        self._attachments: QLabel | None = None
+        self._status: QLabel | None = None
+        self._status_shown: tuple[str, bool] = ("", False)
+        self._edit_button: QToolButton | None = None
+        self._regenerate_button: QToolButton | None = None
+        self._plain_text = ""
+        self._layout = QVBoxLayout(self)
+        self._layout.setContentsMargins(12, 8, 12, 8)
+        self._layout.setSpacing(4)
+        self._header = QHBoxLayout()
+        self._header.setSpacing(2)
         self.role_label = QLabel(name or _ROLE_NAMES.get(role, role.capitalize()))
         self.role_label.setObjectName("ChatRole")
-        header.addWidget(self.role_label)
-        header.addStretch(1)
+        self._header.addWidget(self.role_label)
+        self._header.addStretch(1)
         self.copy_button = small_button("Copy", "Copy message", lambda: self.copy_clicked.emit(self.text()))
-        self.edit_button = small_button("Edit", "Edit message", self._edit)
-        self.regenerate_button = small_button("Regenerate", "Regenerate answer", self.regenerate_clicked.emit)
-        for button in (self.copy_button, self.edit_button, self.regenerate_button):
-            header.addWidget(button)
-        self.edit_button.hide()
-        self.regenerate_button.hide()
-        layout.addLayout(header)
-        self.reasoning = ReasoningFold()
-        self.reasoning.hide()
-        layout.addWidget(self.reasoning)
-        self.attachments = QLabel()
-        self.attachments.setObjectName("Muted")
-        self.attachments.setWordWrap(True)
-        self.attachments.hide()
-        layout.addWidget(self.attachments)
+        self._header.addWidget(self.copy_button)
+        self._layout.addLayout(self._header)
         self.body = MarkdownBody()
         self.plain: AutoHeightBrowser | None = None
         if role in ("user", "tool"):  # the user's words exactly as typed, not markdown
             self.plain = AutoHeightBrowser()
             self.plain.setAccessibleName("Message text")
-            layout.addWidget(self.plain)
+            self._layout.addWidget(self.plain)
         else:
-            layout.addWidget(self.body)
+            self._layout.addWidget(self.body)
         self.cards: list[ToolCallCard] = []
         self._cards_layout = QVBoxLayout()
         self._cards_layout.setSpacing(6)
-        layout.addLayout(self._cards_layout)
-        self.status = QLabel()
-        self.status.setObjectName("Muted")
-        self.status.setWordWrap(True)
-        self.status.hide()
-        layout.addWidget(self.status)
+        self._layout.addLayout(self._cards_layout)
+
+    # --- parts made on first use ---
+
+    @property
+    def reasoning(self) -> ReasoningFold:
+        """The folded thinking (above the text)."""
+        if self._reasoning is None:
+            self._reasoning = ReasoningFold()
+            self._layout.insertWidget(1, self._reasoning)
+            self._reasoning.show()
+        return self._reasoning
+
+    @property
+    def attachments(self) -> QLabel:
+        """The line naming the attached files (above the text)."""
+        if self._attachments is None:
+            self._attachments = QLabel()
+            self._attachments.setObjectName("Muted")
+            self._attachments.setWordWrap(True)
+            self._attachments.hide()
+            self._layout.insertWidget(self._layout.indexOf(self.plain or self.body), self._attachments)
+        return self._attachments
+
+    @property
+    def status(self) -> QLabel:
+        """The line under the message ("Answering…", an error, "Stopped before the end.")."""
+        if self._status is None:
+            self._status = QLabel()
+            self._status.setObjectName("Muted")
+            self._status.setWordWrap(True)
+            self._status.hide()
+            self._layout.addWidget(self._status)
+        return self._status
+
+    @property
+    def edit_button(self) -> QToolButton:
+        """Edit (shown on the last user message)."""
+        if self._edit_button is None:
+            self._edit_button = small_button("Edit", "Edit message", self._edit)
+            self._edit_button.hide()
+            self._header.addWidget(self._edit_button)
+        return self._edit_button
+
+    @property
+    def regenerate_button(self) -> QToolButton:
+        """Regenerate (shown on the last answer)."""
+        if self._regenerate_button is None:
+            self._regenerate_button = small_button("Regenerate", "Regenerate answer", self.regenerate_clicked.emit)
+            self._regenerate_button.hide()
+            self._header.addWidget(self._regenerate_button)
+        return self._regenerate_button
 
     # --- content ---
 
@@ -326,22 +377,27 @@ class MessageWidget(QFrame):
         """The raw text (markdown as the model wrote it)."""
         return self._plain_text if self.plain is not None else self.body.text()
 
-    def set_content(self, text: str, reasoning: str = "") -> None:
-        """Show a complete message."""
+    def reasoning_text(self) -> str:
+        """The thinking received ("" when none)."""
+        return self._reasoning.text() if self._reasoning is not None else ""
+
+    def set_content(self, text: str, reasoning: str = "", *, progressive: bool = False) -> None:
+        """Show a complete message (`progressive`: the answer's markdown part by part, see
+        MarkdownBody.advance)."""
         if self.plain is not None:
             self._plain_text = text
             self.plain.setPlainText(text)
             self.plain.setVisible(bool(text))
         else:
-            self.body.set_text(text)
+            self.body.set_text(text, progressive=progressive)
         if reasoning:
             self.reasoning.set_text(reasoning)
-            self.reasoning.show()
 
     def set_attachments(self, names: Sequence[str]) -> None:
         """List the files attached to the message."""
-        self.attachments.setText("Attached: " + ", ".join(names))
-        self.attachments.setVisible(bool(names))
+        if names or self._attachments is not None:
+            self.attachments.setText("Attached: " + ", ".join(names))
+            self.attachments.setVisible(bool(names))
 
     def append_text(self, delta: str) -> None:
         """Streamed answer text (rendered by `refresh`)."""
@@ -354,20 +410,20 @@ class MessageWidget(QFrame):
         if self._reasoning_started is None:
             self._reasoning_started = time.monotonic()
             self.reasoning.set_title("Thinking…")
-            self.reasoning.show()
         self.reasoning.append(delta)
 
     def refresh(self, *, final: bool = False, budget_s: float | None = None) -> bool:
         """Show what was streamed since the last call (only the unfinished tail is rendered again);
         False: `budget_s` ran out first, call again (see MarkdownBody.refresh)."""
         done = self.body.refresh(final=final, budget_s=budget_s)
-        self.reasoning.refresh()
+        if self._reasoning is not None:
+            self._reasoning.refresh()
         if self._reasoning_seconds is not None or (final and self._reasoning_started is not None):
             seconds = self._reasoning_seconds
             if seconds is None and self._reasoning_started is not None:
                 seconds = self._reasoning_seconds = time.monotonic() - self._reasoning_started
             self.reasoning.set_title(f"Thought for {max(1, round(seconds or 0))} s")
-        if self.body.text() or self.reasoning.text() or self.cards:
+        if self.body.text() or self.reasoning_text() or self.cards:
             self.set_status("")
         return done
 
@@ -378,9 +434,9 @@ class MessageWidget(QFrame):
 
     def set_status(self, text: str, *, error: bool = False) -> None:
         """A line under the message ("Answering…", an error, "Stopped")."""
-        if (text, error) == self._status:
+        if (text, error) == self._status_shown:
             return  # called on every render: a style sheet set again would restyle the label each time
-        self._status = (text, error)
+        self._status_shown = (text, error)
         self.status.setText(text)
         self.status.setStyleSheet(f"color: {theme.BAD};" if error else "")
         self.status.setVisible(bool(text))
@@ -389,6 +445,7 @@ class MessageWidget(QFrame):
         """Show a tool call under the message."""
         self.cards.append(card)
         self._cards_layout.addWidget(card)
+        card.show()
 
     def shows(self, message: Message, results: dict[str, Message]) -> bool:
         """Whether this widget already shows `message` (and its tool results): then it is kept as it is."""
@@ -400,7 +457,7 @@ class MessageWidget(QFrame):
         return (
             self.role == message.role
             and self.text() == message.content
-            and self.reasoning.text() == message.reasoning
+            and self.reasoning_text() == message.reasoning
             and [card.call_id for card in self.cards] == [str(call.get("id")) for call in message.tool_calls]
         )
 
@@ -422,15 +479,14 @@ class MessageWidget(QFrame):
 
     def set_actions(self, *, edit: bool, regenerate: bool) -> None:
         """Show Edit (last user message) and Regenerate (last answer)."""
-        self.edit_button.setVisible(edit)
-        self.regenerate_button.setVisible(regenerate)
+        if edit or self._edit_button is not None:
+            self.edit_button.setVisible(edit)
+        if regenerate or self._regenerate_button is not None:
+            self.regenerate_button.setVisible(regenerate)
 
     def _edit(self) -> None:
         if self.message_id is not None:
             self.edit_clicked.emit(self.message_id)
-
-    _plain_text = ""
-    _status: tuple[str, bool] = ("", False)
 
 
 _ROLE_NAMES = {"user": "You", "assistant": "Assistant", "system": "System prompt", "tool": "Tool result"}
@@ -459,6 +515,12 @@ class ChatView(QWidget):
         self._render_timer = QTimer(self)
         self._render_timer.setSingleShot(True)
         self._render_timer.timeout.connect(self._render_live)
+        self._backfill: list[MessageWidget] = []  # stored answers not all shown yet (set_messages)
+        self._unbuilt: list[tuple[Message, dict[str, Message]]] = []  # the first messages, not made yet
+        self._unbuilt_before: MessageWidget | None = None  # ...to go above this one
+        self._backfill_timer = QTimer(self)
+        self._backfill_timer.setSingleShot(True)
+        self._backfill_timer.timeout.connect(self._backfill_step)
 
         self.scroll_area = QScrollArea()
         self.scroll_area.setObjectName("ChatScroll")
@@ -487,9 +549,17 @@ class ChatView(QWidget):
 
     def set_messages(self, messages: Sequence[Message]) -> None:
         """Show a conversation. Messages already shown as they are keep their widgets (no re-render), so
-        calling this after a streamed answer was stored, or after an edit, costs only what changed."""
+        calling this after a streamed answer was stored, or after an edit, costs only what changed.
+
+        A short conversation is all shown when this returns. Of a long one (more than
+        OPEN_AT_ONCE_CHARS of text or OPEN_AT_ONCE_MESSAGES messages), the end is shown first, within
+        OPEN_BUDGET_S, and the rest (earlier messages, the rest of long answers) in short steps while
+        the event loop runs; `is_rendering()` says when that is done.
+        """
         if self._live is not None:
             self.finish()
+        if self._unbuilt:
+            self.clear()  # a long conversation still opening: its widgets are no prefix to keep
         groups = _group(messages)
         keep = 0
         for widget, (message, results) in zip(self._messages, groups, strict=False):
@@ -499,9 +569,33 @@ class ChatView(QWidget):
             keep += 1
         if keep < len(self._messages):
             self._remove_from(self._messages[keep])
-        for message, results in groups[keep:]:
-            self._append_item(self._message_widget(message, results))
+        new = groups[keep:]
+        short = len(new) <= OPEN_AT_ONCE_MESSAGES and sum(len(m.content) for m, _ in new) <= OPEN_AT_ONCE_CHARS
+        deadline = time.perf_counter() + OPEN_BUDGET_S
+        bulk = len(new) > 1 and self._content.isVisible()
+        if bulk:
+            self._content.hide()  # shown all at once with the content: one layout pass, not one per message
+        built: list[MessageWidget] = []
+        while new and (short or not built or time.perf_counter() < deadline):
+            message, results = new.pop()  # the end first: it is what the view shows
+            built.append(self._message_widget(message, results, progressive=True))
+        for widget in reversed(built):
+            self._append_item(widget, show=not bulk)
+            if widget.body.pending():
+                self._backfill.append(widget)
+        if bulk:
+            self._content.show()
+        self._unbuilt = new
+        self._unbuilt_before = built[-1] if new else None  # they go above the first message made
         self._update_actions()
+        while self._backfill and (short or time.perf_counter() < deadline):
+            self._backfill_step(budget_s=OPEN_BUDGET_S if short else max(0.001, deadline - time.perf_counter()))
+        if self._unbuilt:
+            self._backfill_timer.start(BACKLOG_STEP_MS)
+
+    def is_rendering(self) -> bool:
+        """An answer streams, or a long conversation is still being laid out (see `set_messages`)."""
+        return self._streaming or bool(self._backfill) or bool(self._unbuilt)
 
     def add_message(self, message: Message) -> MessageWidget:
         """Show one more stored message (e.g. the user's, just sent)."""
@@ -514,10 +608,11 @@ class ChatView(QWidget):
     def clear(self) -> None:
         """Show nothing (a new chat)."""
         self._render_timer.stop()
+        self._backfill_timer.stop()
         self._live = None
         self._streaming = False
-        self._cards.clear()
-        self._messages = []
+        self._unbuilt = []
+        self._unbuilt_before = None
         while self._items.count() > 1:
             self._remove_item(0)
 
@@ -613,6 +708,29 @@ class ChatView(QWidget):
         if live is not None:
             live.finish(error)
 
+    def _backfill_step(self, budget_s: float = BACKFILL_BUDGET_S) -> None:
+        """Show more of a long conversation (set_messages): the answers shown in part, the last one
+        first (it is the one in view), then the earlier messages not made yet, from the end up; again
+        after the event loop ran, until all are shown."""
+        deadline = time.perf_counter() + budget_s
+        while self._backfill and time.perf_counter() < deadline:
+            widget = self._backfill[-1]
+            if widget.body.advance(max(0.001, deadline - time.perf_counter())):
+                self._backfill.pop()
+        while not self._backfill and self._unbuilt and time.perf_counter() < deadline:
+            message, results = self._unbuilt.pop()
+            widget = self._message_widget(message, results, progressive=True)
+            above = self._unbuilt_before
+            assert above is not None  # set with _unbuilt
+            self._messages.insert(self._messages.index(above), widget)
+            self._items.insertWidget(self._items.indexOf(above), widget)
+            self._unbuilt_before = widget
+            widget.show()
+            if widget.body.pending():
+                self._backfill.append(widget)
+        if self._backfill or self._unbuilt:
+            self._backfill_timer.start(BACKLOG_STEP_MS)
+
     def _schedule(self) -> None:
         if not self._render_timer.isActive():
             self._render_timer.start(self.render_interval_ms)
@@ -627,11 +745,13 @@ class ChatView(QWidget):
 
     # --- items ---
 
-    def _message_widget(self, message: Message, results: dict[str, Message]) -> MessageWidget:
+    def _message_widget(
+        self, message: Message, results: dict[str, Message], *, progressive: bool = False
+    ) -> MessageWidget:
         name = self.assistant_name if message.role == "assistant" else ""
         widget = MessageWidget(message.role, name=name, message_id=message.id)
         self._connect(widget)
-        widget.set_content(message.content, message.reasoning)
+        widget.set_content(message.content, message.reasoning, progressive=progressive)
         if message.attachments:
             widget.set_attachments([_attachment_label(a) for a in message.attachments])
         for call in message.tool_calls:
@@ -662,12 +782,13 @@ class ChatView(QWidget):
         QGuiApplication.clipboard().setText(text)
         self.copy_requested.emit(text)
 
-    def _append_item(self, widget: QWidget) -> None:
+    def _append_item(self, widget: QWidget, *, show: bool = True) -> None:
         if isinstance(widget, MessageWidget):
             self._messages.append(widget)
         widget.resize(max(self._content.width() - 8, 200), widget.height())
         self._items.insertWidget(self._items.count() - 1, widget)
-        widget.show()  # now, not at the layout's queued show: what was added is there when this returns
+        if show:
+            widget.show()  # now, not at the layout's queued show: what was added is there when this returns
 
     def _remove_from(self, first: QWidget) -> None:
         """Remove an item and everything after it."""
@@ -686,6 +807,8 @@ class ChatView(QWidget):
             self._streaming = False
         if isinstance(widget, MessageWidget):
             self._messages.remove(widget)
+            if widget in self._backfill:
+                self._backfill.remove(widget)
             for card in widget.cards:
                 self._cards.pop(card.call_id, None)
         widget.hide()

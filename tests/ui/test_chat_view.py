@@ -208,6 +208,64 @@ def test_set_messages_keeps_what_is_shown_and_replaces_the_rest(qtbot) -> None: 
     assert widgets[0] is first and len(widgets) == 2 and widgets[1].text() == "new answer"
 
 
+def _conversation(count: int, long_answer: str) -> list[Message]:
+    """`count` messages, user and assistant in turn, the last answer `long_answer`."""
+    messages = [
+        message(i + 1, "user" if i % 2 == 0 else "assistant", f"message {i} with **bold** and `code`")
+        for i in range(count - 1)
+    ]
+    return [*messages, message(count, "assistant", long_answer)]
+
+
+def _open_and_measure(view: ChatView, messages: list[Message]) -> tuple[float, float, float]:
+    """set_messages, then the event loop until all is shown: (seconds set_messages took, the biggest
+    event-loop stall, the most the UI thread worked within one heartbeat gap)."""
+    beats: list[tuple[float, float]] = []
+    heartbeat = QTimer()
+    heartbeat.setTimerType(Qt.TimerType.PreciseTimer)
+    heartbeat.timeout.connect(lambda: beats.append((time.perf_counter(), time.thread_time())))
+    loop = QEventLoop()
+    check = QTimer()
+    check.timeout.connect(lambda: None if view.is_rendering() else loop.quit())
+    gc.collect()
+    heartbeat.start(HEARTBEAT_MS)
+    started = time.perf_counter()
+    view.set_messages(messages)
+    took = time.perf_counter() - started
+    check.start(5)
+    QTimer.singleShot(120_000, loop.quit)
+    loop.exec()
+    heartbeat.stop()
+    assert not view.is_rendering()
+    stall = max(b[0] - a[0] for a, b in itertools.pairwise(beats)) - HEARTBEAT_MS / 1000
+    busy = max(b[1] - a[1] for a, b in itertools.pairwise(beats))
+    return took, stall, busy
+
+
+def test_a_long_conversation_opens_end_first_in_steps(qtbot) -> None:  # type: ignore[no-untyped-def]
+    view = make_view(qtbot)
+    long_answer = _long_answer(10_000)
+    messages = _conversation(60, long_answer)
+    took, stall, busy = _open_and_measure(view, messages)
+    print(
+        f"opened 60 messages and a 10,000-token answer: set_messages {took * 1000:.0f} ms, then a max stall of"
+        f" {stall * 1000:.1f} ms (UI thread busy at most {busy * 1000:.1f} ms of a gap)"
+    )
+    assert took < 0.25 and busy < STALL_LIMIT_S
+    widgets = view.message_widgets()
+    assert [w.text() for w in widgets] == [m.content for m in messages]
+    assert len(widgets[-1].body.code_blocks()) == long_answer.count("```python")
+    assert "**" not in rendered_text(widgets[1]) and "bold" in rendered_text(widgets[1])
+    assert button(widgets[-2], "Edit message") and button(widgets[-1], "Regenerate answer")
+    # Opened again while the first opening is still under way: the second one is what shows.
+    view.set_messages([])
+    view.set_messages(messages)
+    assert view.is_rendering()
+    view.set_messages(messages[:3])
+    qtbot.waitUntil(lambda: not view.is_rendering())
+    assert [w.text() for w in view.message_widgets()] == [m.content for m in messages[:3]]
+
+
 def test_user_message_is_plain_text_with_its_attachments(qtbot) -> None:  # type: ignore[no-untyped-def]
     view = make_view(qtbot)
     attachment = Attachment(name="notes.txt", kind="text", mime="text/plain", text="x" * 2048, size=2048)
