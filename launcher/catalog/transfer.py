@@ -22,7 +22,7 @@ import httpx2
 from huggingface_hub import constants
 from huggingface_hub.utils import get_session, hf_raise_for_status  # type: ignore[attr-defined]  # lazily exported
 
-from launcher.core.errors import DownloadError, LauncherError
+from launcher.core.errors import DownloadError, DownloadTooLarge, LauncherError
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def stream_to_file(
         if position:
             request_headers["Range"] = f"bytes={position}-"
         try:
-            position = _get(url, partial, position, request_headers, hasher, on_bytes)
+            position = _get(url, partial, position, request_headers, hasher, on_bytes, expected_size)
             break
         except _TRANSIENT as err:
             if retries <= 0:
@@ -77,6 +77,7 @@ def _get(
     headers: dict[str, str],
     hasher: BackgroundHasher,
     on_bytes: Callable[[int], None],
+    expected_size: int | None = None,
 ) -> int:
     timeout = constants.HF_HUB_DOWNLOAD_TIMEOUT
     with get_session().stream("GET", url, headers=headers, timeout=timeout, follow_redirects=True) as response:
@@ -89,6 +90,12 @@ def _get(
                 position = 0
             handle.seek(position)
             for chunk in response.iter_bytes():
+                if expected_size is not None and position + len(chunk) > expected_size:
+                    # A broken or hostile server sending more than the file's known size must not fill the disk.
+                    raise DownloadTooLarge(
+                        f"The server sent more than the {expected_size} bytes {partial.name} has; the download "
+                        "was stopped."
+                    )
                 handle.write(chunk)
                 hasher.feed(chunk)
                 position += len(chunk)

@@ -105,6 +105,10 @@ class ChecksumError(DownloadError):
     """The downloaded bytes do not match the Hub's sha256."""
 
 
+class DownloadTooLarge(DownloadError):
+    """The server sent more bytes than the file's known size; the transfer stopped before writing them."""
+
+
 class DownloadCancelled(DownloadError):
     """The user cancelled the download."""
 

@@ -27,7 +27,7 @@ import httpx2
 from launcher.catalog.progress import ProgressCallback, ProgressTracker
 from launcher.catalog.transfer import BackgroundHasher, stream_to_file
 from launcher.core import paths
-from launcher.core.errors import DownloadCancelled, LauncherError, UpdateError
+from launcher.core.errors import DownloadCancelled, DownloadTooLarge, LauncherError, UpdateError
 from launcher.core.units import format_bytes
 from launcher.engines.llamacpp.gpu_packs import file_digest
 from launcher.updates import signing
@@ -151,16 +151,6 @@ def _fetch(item: _Item, folder: Path, tracker: ProgressTracker) -> Path:
         on_disk = 0
     tracker.start_file(item.name, already_on_disk=on_disk)
     hasher = BackgroundHasher.sha256(resume_from=partial if on_disk else None, resume_bytes=on_disk)
-    written = on_disk
-
-    def count(delta: int) -> None:
-        # Called after each piece is written: a server that sends more than the signed size is cut off
-        # here, one piece past it, instead of filling the disk (the transfer itself has no bound).
-        nonlocal written
-        written += delta
-        if written > item.size:
-            raise _Oversized
-        tracker.advance(delta)
 
     try:
         stream_to_file(
@@ -169,7 +159,7 @@ def _fetch(item: _Item, folder: Path, tracker: ProgressTracker) -> Path:
             headers={"User-Agent": f"launcher/{current_version()}"},
             expected_size=item.size,
             hasher=hasher,
-            on_bytes=count,
+            on_bytes=tracker.advance,  # the transfer stops before writing past the signed size
         )
     except DownloadCancelled as err:
         hasher.abort()
@@ -207,14 +197,10 @@ def _fetch(item: _Item, folder: Path, tracker: ProgressTracker) -> Path:
     return final
 
 
-class _Oversized(Exception):
-    """The server sent more bytes than the signed size of the file."""
-
-
 def _stopped(item: _Item, partial: Path, err: Exception) -> UpdateError:
     """The message for a transfer that stopped: what arrived is kept unless it cannot be right."""
     have = _size(partial)
-    if have > item.size or isinstance(err, _Oversized):
+    if have > item.size or isinstance(err, DownloadTooLarge):
         partial.unlink(missing_ok=True)
         return UpdateError(
             f"The server sent more of {item.name} than the release lists ({format_bytes(have)} of "

@@ -44,7 +44,7 @@ def test_serve_chat_and_watch_gauges(qtbot, tiny_gguf, tmp_path) -> None:  # typ
     with qtbot.waitSignal(chat.reply_finished, timeout=120_000) as reply:
         chat.send("Hello there, how are you today?")
     assert reply.args[0].text
-    assert "Hello there" in chat.transcript.toPlainText()
+    assert "Hello there" in chat.transcript_text()
 
     poller = window.poller
     assert poller is not None
