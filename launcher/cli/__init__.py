@@ -48,6 +48,7 @@ COMMANDS: dict[str, str] = {
     "handoff": "turn the plan into a vLLM or SGLang deployment for bigger machines",
     "remote": "add, list or remove OpenAI-compatible endpoints whose models the server serves as NAME/model",
     "cache": "list or clear the prompt cache on disk (prompt prefixes kept across server restarts)",
+    "mcp": "list the Chat page's MCP servers (mcp.json) and, with --tools, the tools they offer",
     "update": "check for a new version of the app and install it",
 }
 
