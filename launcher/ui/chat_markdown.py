@@ -547,6 +547,11 @@ class MarkdownBody(QWidget):
         """A text set progressively is not all shown yet."""
         return self._upto is not None
 
+    def finish_in_steps(self) -> None:
+        """The text is complete: show what is left of it a step per `advance` call."""
+        self._upto = len(self.text())
+        self._caught_up = True
+
     def advance(self, budget_s: float) -> bool:
         """Show the next part of a text set progressively (see `refresh` for `budget_s`); True when
         all of it is shown."""

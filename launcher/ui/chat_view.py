@@ -3,9 +3,10 @@
 `ChatView` shows a conversation's stored messages (`set_messages`, `add_message`) and streams a reply
 into the last one (`begin_assistant`, `append_text`, `append_reasoning`, `finish`). A delta is only
 collected when it arrives; a single-shot timer renders what has come at most every
-RENDER_INTERVAL_MS (longer while rendering is slow on a busy machine), and rendering touches only
-the message's unfinished tail (launcher/ui/chat_markdown.py), so a 20,000-token answer costs the
-event loop a few milliseconds at a time.
+RENDER_INTERVAL_MS, and rendering touches only the message's unfinished tail
+(launcher/ui/chat_markdown.py). Work that piles up (a burst of text, a long stored conversation) is
+done in steps of a few milliseconds with the event loop running between them, so a 20,000-token
+answer, or opening a chat with hundreds of messages, never holds the window for long.
 
 Each message has Copy (its raw markdown); the last user message has Edit and the last answer
 Regenerate, which the page acts on. Thinking is folded under "Reasoning". A tool call shows as a
@@ -204,7 +205,7 @@ class ToolCallCard(QFrame):
         self.allow_once_button = _button("Allow once", "Allow once", lambda: self.decide("once"))
         self.allow_once_button.setObjectName("Primary")
         self.always_button = _button(f"Always allow {qualified}", f"Always allow {qualified}", self._always)
-        self.always_button.setToolTip("Run this tool without asking again in this chat session")
+        self.always_button.setToolTip("Run this tool from now on without asking")
         self.deny_button = _button("Deny", "Deny", lambda: self.decide("deny"))
         for button in (self.allow_once_button, self.always_button, self.deny_button):
             row.addWidget(button)
@@ -427,10 +428,14 @@ class MessageWidget(QFrame):
             self.set_status("")
         return done
 
-    def finish(self, error: str | None = None) -> None:
-        """The stream ended (`error`: why it was cut short)."""
-        self.refresh(final=True)
+    def finish(self, error: str | None = None, *, budget_s: float | None = None) -> bool:
+        """The stream ended (`error`: why it was cut short). With `budget_s`, what is still to show
+        past that time is left to `body.advance` (False is returned)."""
+        done = self.refresh(final=True, budget_s=budget_s)
         self.set_status(error or "", error=bool(error))
+        if not done:
+            self.body.finish_in_steps()
+        return done
 
     def set_status(self, text: str, *, error: bool = False) -> None:
         """A line under the message ("Answering…", an error, "Stopped")."""
@@ -705,8 +710,10 @@ class ChatView(QWidget):
 
     def _finish_live(self, error: str | None) -> None:
         live, self._live = self._live, None
-        if live is not None:
-            live.finish(error)
+        # A backlog (text came faster than it was shown) is shown in steps, not in one long stall.
+        if live is not None and not live.finish(error, budget_s=RENDER_BUDGET_S):
+            self._backfill.append(live)
+            self._backfill_timer.start(BACKLOG_STEP_MS)
 
     def _backfill_step(self, budget_s: float = BACKFILL_BUDGET_S) -> None:
         """Show more of a long conversation (set_messages): the answers shown in part, the last one

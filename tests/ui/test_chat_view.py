@@ -370,6 +370,20 @@ def test_note_and_error(qtbot) -> None:  # type: ignore[no-untyped-def]
     assert widget.status.text() == "Stopped." and widget.text() == "Partial"
 
 
+def test_a_backlog_at_the_end_is_shown_in_steps(qtbot) -> None:  # type: ignore[no-untyped-def]
+    view = make_view(qtbot)
+    view.begin_assistant()
+    text = _long_answer(5000)
+    view.append_text(text)  # all at once, never rendered: finish has the whole answer to show
+    started = time.perf_counter()
+    view.finish("Stopped.")
+    assert time.perf_counter() - started < 0.2 and view.is_rendering()
+    qtbot.waitUntil(lambda: not view.is_rendering())
+    widget = view.message_widgets()[-1]
+    assert widget.status.text() == "Stopped." and widget.text() == text
+    assert len(widget.body.code_blocks()) == text.count("```python") and "```" not in rendered_text(widget)
+
+
 def test_streamed_markdown_ends_as_the_stored_rendering(qtbot) -> None:  # type: ignore[no-untyped-def]
     view = make_view(qtbot)
     view.begin_assistant()
@@ -480,7 +494,10 @@ def _stream_and_measure(qtbot: Any) -> tuple[float, float, int, float]:
         else:
             feeder.stop()
             view.finish()
-            QTimer.singleShot(3 * HEARTBEAT_MS, loop.quit)  # the finish's own stall is measured too
+            check.start(5)  # until all is shown: the finish's own work is measured too
+
+    check = QTimer()
+    check.timeout.connect(lambda: None if view.is_rendering() else loop.quit())
 
     feeder.timeout.connect(feed)
     gc.collect()  # the garbage of earlier tests is not this stream's cost
@@ -492,6 +509,7 @@ def _stream_and_measure(qtbot: Any) -> tuple[float, float, int, float]:
     loop.exec()
     heartbeat.stop()
     seconds = time.perf_counter() - started
+    assert not view.is_rendering()
     view.close()
     widget = view.message_widgets()[-1]
     assert sent == len(chunks) and widget.text() == "".join(chunks)
