@@ -302,6 +302,19 @@ def run(tarball: Path) -> None:
             os.kill(record["pid"], signal.SIGTERM)
             wait_for("the restarted server to stop", lambda: not processes_in(folder), 60)
 
+            # The bundle carries the MCP SDK the Chat page's tools need: the updated app starts a stdio server
+            # (the tests' own, on this venv's Python) and lists its tools.
+            demo = ROOT / "tests" / "chat" / "mcp_servers" / "demo_server.py"
+            mcp_json = home / ".local" / "share" / "launcher" / "mcp.json"
+            mcp_json.parent.mkdir(parents=True, exist_ok=True)
+            mcp_json.write_text(
+                json.dumps({"mcpServers": {"demo": {"command": sys.executable, "args": [str(demo), "stdio"]}}})
+            )
+            listed = app.ok("mcp", "list", "--tools")
+            if "demo__add" not in listed:
+                raise CheckFailed(f"`launcher mcp list --tools` does not list the demo server's tools:\n{listed}")
+            step("the updated app runs an MCP server and lists its tools (`launcher mcp list --tools`)")
+
             leftovers = [p.name for p in apps.iterdir() if p != folder]
             if leftovers:
                 raise CheckFailed(f"the old copy is still there after the new version ran: {leftovers}")
