@@ -519,6 +519,7 @@ def _stream_and_measure(qtbot: Any) -> tuple[float, float, int, float]:
     return stall, busy, view.renders, seconds
 
 
+@pytest.mark.slow
 def test_a_20000_token_answer_streams_without_stalling(qtbot) -> None:  # type: ignore[no-untyped-def]
     """Three streams, each with every event-loop stall under 50 ms.
 
