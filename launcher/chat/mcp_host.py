@@ -23,6 +23,7 @@ import atexit
 import collections
 import concurrent.futures
 import contextlib
+import hashlib
 import json
 import logging
 import math
@@ -152,11 +153,71 @@ class _Running:
         return self.stderr.text() if self.stderr else ""
 
 
+class ToolApprovals:
+    """The tools the user said "Always allow" for, as the session's `always_allowed`.
+
+    Kept by (server, tool): the tool the model's name stood for when the user decided, not the name,
+    which another configuration may give to another server's tool. Forgotten when the host's servers
+    were stopped or replaced (`McpHost.generation`): a server of the same name may now run something
+    else. Read from the chat's worker thread, reset from the UI thread: guarded by a lock.
+    """
+
+    def __init__(self, host: McpHost | None = None) -> None:
+        self._lock = threading.Lock()
+        self._host = host
+        self._generation = host.generation if host is not None else 0
+        self._allowed: set[tuple[str, str]] = set()
+
+    def set_host(self, host: McpHost | None) -> None:
+        """Another host (or none): nothing approved for the old one holds."""
+        with self._lock:
+            self._host = host
+            self._generation = host.generation if host is not None else 0
+            self._allowed.clear()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._allowed.clear()
+
+    def __contains__(self, qualified: object) -> bool:
+        tool = self._resolve(qualified)
+        with self._lock:
+            return tool is not None and (tool.server, tool.name) in self._allowed
+
+    def add(self, qualified: str) -> None:
+        tool = self._resolve(qualified)
+        if tool is not None:  # a name that stands for no tool now is never approved
+            with self._lock:
+                self._allowed.add((tool.server, tool.name))
+
+    def __len__(self) -> int:
+        self._resolve(None)
+        with self._lock:
+            return len(self._allowed)
+
+    def _resolve(self, qualified: object) -> ToolInfo | None:
+        """The tool `qualified` stands for now; None (and nothing approved any more) once the host
+        restarted since the approvals were given, even if it restarts while this looks."""
+        host = self._host
+        generation = host.generation if host is not None else 0
+        tool = host.resolve(qualified) if host is not None and isinstance(qualified, str) else None
+        with self._lock:
+            if host is None or host is not self._host:
+                return None
+            if generation != self._generation or host.generation != generation:
+                self._generation = host.generation
+                self._allowed.clear()
+                return None
+        return tool
+
+
 class McpHost:
     """The enabled servers of one configuration, connected in the background."""
 
     def __init__(self, servers: Mapping[str, McpServer], *, start_timeout_s: float = 30.0) -> None:
         self._servers = dict(servers)
+        self._prefixes = server_prefixes(self._servers)
+        self._generation = 0  # one more at every stop: the servers, and what a tool name means, may change
         self._start_timeout_s = start_timeout_s
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -245,6 +306,7 @@ class McpHost:
         with self._lock:
             self._loop = self._thread = None
             self._running = {}
+            self._generation += 1
         for name in self._servers:
             stderr = next((run.stderr_text() for run in running if run.config.name == name), "")
             self._set(name, "stopped", stderr=stderr)
@@ -263,6 +325,8 @@ class McpHost:
             self._stop()
             with self._lock:
                 self._servers = dict(servers)
+                self._prefixes = server_prefixes(self._servers)
+                self._generation += 1
                 self._states = {name: ServerState(name, "stopped") for name in self._servers}
             self._start()
 
@@ -283,6 +347,17 @@ class McpHost:
         """The tools of the ready servers."""
         with self._lock:
             return [tool for state in self._states.values() if state.state == "ready" for tool in state.tools]
+
+    def resolve(self, qualified: str) -> ToolInfo | None:
+        """The ready tool the model's name stands for now (None: no such tool)."""
+        return next((tool for tool in self.tools() if tool.qualified == qualified), None)
+
+    @property
+    def generation(self) -> int:
+        """A number that changes whenever the servers were stopped or replaced (restart, stop): what
+        was decided about their tools (an "Always allow") no longer holds after it changes."""
+        with self._lock:
+            return self._generation
 
     def openai_tools(self) -> list[dict[str, Any]]:
         """The ready servers' tools as OpenAI chat `tools` entries (our server renders them in the
@@ -486,19 +561,22 @@ class McpHost:
 
     def _name_tools(self, server: str, tools: list[mcp_types.Tool]) -> dict[str, ToolInfo]:
         """The tools by the names the model sees: `<server>__<tool>` as ^[a-zA-Z0-9_-]{1,64}$, unique
-        across servers (a suffix where shortening or replacing characters made two the same)."""
+        across servers. The names depend on the configuration alone, never on which server became
+        ready first: an "Always allow" and the model's history must mean the same tool after a
+        restart (see `qualified_names`)."""
         with self._lock:
+            prefixes = dict(self._prefixes)
             taken = {q for name, run in self._running.items() if name != server for q in run.tools}
-        named: dict[str, ToolInfo] = {}
+        named = qualified_names(server, [tool.name for tool in tools], prefixes)
+        infos: dict[str, ToolInfo] = {}
         for tool in tools:
-            base = _QUALIFIED.sub("_", f"{server}__{tool.name}")[:64]
-            qualified, number = base, 1
-            while qualified in taken or qualified in named:
+            qualified, number = named[tool.name], 1
+            while qualified in taken or qualified in infos:  # a hash collision only: names stay unique
                 number += 1
                 suffix = f"_{number}"
-                qualified = base[: 64 - len(suffix)] + suffix
-            named[qualified] = ToolInfo(server, tool.name, tool.description or "", dict(tool.input_schema), qualified)
-        return named
+                qualified = named[tool.name][: _MAX_NAME - len(suffix)] + suffix
+            infos[qualified] = ToolInfo(server, tool.name, tool.description or "", dict(tool.input_schema), qualified)
+        return infos
 
     def _set(
         self,
@@ -524,6 +602,45 @@ class McpHost:
 
 
 _CLIENT_INFO = mcp_types.Implementation(name="launcher-chat", version="1")
+_MAX_NAME = 64  # OpenAI's limit for a function name
+_MAX_PREFIX = 40  # leaves the tool's own name room within the 64
+
+
+def server_prefixes(servers: Mapping[str, McpServer]) -> dict[str, str]:
+    """Each configured server's sanitized name, unique in configuration order: "fs.write" then
+    "fs_write" give "fs_write" and "fs_write_2" whichever starts first."""
+    prefixes: dict[str, str] = {}
+    for name in servers:
+        base = _QUALIFIED.sub("_", name)[:_MAX_PREFIX] or "server"
+        prefix, number = base, 1
+        while prefix in prefixes.values():
+            number += 1
+            prefix = f"{base[: _MAX_PREFIX - len(str(number)) - 1]}_{number}"
+        prefixes[name] = prefix
+    return prefixes
+
+
+def qualified_names(server: str, tool_names: list[str], prefixes: Mapping[str, str]) -> dict[str, str]:
+    """The names the model sees for one server's tools, from the configuration alone: its unique
+    prefix, "__", the tool's sanitized name. A name that is cut to 64 characters, or that another
+    server's names could also spell (a prefix that is this name's start, as "a" + "b__c" and "a__b" +
+    "c"), ends with a hash of the server and tool instead; two tools of one server that sanitize
+    alike are told apart in the server's own listing order."""
+    own = prefixes[server]
+    others = [prefix for name, prefix in prefixes.items() if name != server]
+    names: dict[str, str] = {}
+    for tool in tool_names:
+        full = f"{own}__{_QUALIFIED.sub('_', tool)}"
+        if len(full) > _MAX_NAME or any(full.startswith(f"{prefix}__") for prefix in others):
+            digest = hashlib.sha256(f"{server}\0{tool}".encode()).hexdigest()[:8]
+            full = f"{full[: _MAX_NAME - 9]}_{digest}"
+        qualified, number = full, 1
+        while qualified in names.values():
+            number += 1
+            suffix = f"_{number}"
+            qualified = full[: _MAX_NAME - len(suffix)] + suffix
+        names[tool] = qualified
+    return names
 
 
 def _cancel(run: _Running) -> None:

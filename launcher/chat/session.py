@@ -105,6 +105,15 @@ Event = TextDelta | ReasoningDelta | ToolCallProposed | ToolCallResult | RoundFi
 Decision = Literal["once", "always", "deny"]
 
 
+class Approvals(Protocol):
+    """The tools that run without asking: a `set[str]` of names, or a set that resolves each name to
+    the tool it stands for now (the page's `ToolApprovals`)."""
+
+    def __contains__(self, qualified: object) -> bool: ...
+
+    def add(self, qualified: str) -> None: ...
+
+
 class ToolOutcome(Protocol):
     """What a tool call returns (the MCP host's ToolResult fits)."""
 
@@ -154,7 +163,7 @@ def run_turn(
     confirm: Callable[[ToolCallProposed], Decision],
     call_tool: Callable[[str, dict[str, Any]], ToolOutcome],
     cancel: threading.Event,
-    always_allowed: set[str],
+    always_allowed: Approvals,
     max_rounds: int = 8,
     http: httpx.Client | None = None,
 ) -> list[dict[str, Any]]:
@@ -225,7 +234,7 @@ def _handle_call(
     confirm: Callable[[ToolCallProposed], Decision],
     call_tool: Callable[[str, dict[str, Any]], ToolOutcome],
     cancel: threading.Event,
-    always_allowed: set[str],
+    always_allowed: Approvals,
     limit: int | None,
 ) -> dict[str, Any]:
     """Ask, run and report one call; returns the tool message the model reads."""

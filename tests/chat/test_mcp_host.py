@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from launcher.chat.mcp_config import McpServer, save
-from launcher.chat.mcp_host import McpHost, ServerState, ToolResult
+from launcher.chat.mcp_host import McpHost, ServerState, ToolApprovals, ToolResult, qualified_names, server_prefixes
 from tests.chat.mcp_npm import install_filesystem_server
 from tests.server import keyring_backend
 
@@ -286,9 +286,62 @@ def test_tool_names_for_the_model_are_safe_and_unique(running: list[McpHost]) ->
     names = [tool.qualified for tool in host.tools()]
     assert len(names) == len(set(names)) == 10
     assert all(len(name) <= 64 and name.replace("_", "a").replace("-", "a").isalnum() for name in names)
-    assert {"my_server_v2__add", "my_server_v2__add_2"} <= set(names)
+    assert {"my_server_v2__add", "my_server_v2_2__add"} <= set(names)  # in configuration order
     qualified = next(t.qualified for t in host.tools() if t.server == "my server.v2" and t.name == "add")
     assert host.call(qualified, {"a": 1, "b": 2}).text == "3"
+
+
+def test_colliding_names_follow_the_configuration_order_not_which_server_is_ready_first(
+    running: list[McpHost],
+) -> None:
+    # "fs.write" comes first in the configuration but starts last: it still gets the plain name, so
+    # an approval or a history that names "fs_write__add" means the same tool after every restart.
+    late = McpServer.model_validate(
+        {"name": "fs.write", "command": "sh", "args": ["-c", f'sleep 2; exec "{sys.executable}" "{DEMO}" stdio']}
+    )
+    host = McpHost({"fs.write": late, "fs_write": demo("fs_write")}, start_timeout_s=START_S)
+    running.append(host)
+    ready: list[str] = []
+    host.on_change(lambda state: ready.append(state.name) if state.state == "ready" else None)
+    host.start()
+    host.wait_ready(START_S)
+    assert ready == ["fs_write", "fs.write"]  # the later one in the file was ready first
+    servers = {tool.qualified: tool.server for tool in host.tools() if tool.name == "add"}
+    assert servers == {"fs_write__add": "fs.write", "fs_write_2__add": "fs_write"}
+    assert host.resolve("fs_write__add") == next(t for t in host.tools() if t.server == "fs.write" and t.name == "add")
+
+
+def test_qualified_names_depend_on_the_configuration_alone() -> None:
+    servers = {name: demo(name) for name in ("a", "a__b", "fs.write", "fs_write", "x" * 70)}
+    prefixes = server_prefixes(servers)
+    names = {
+        server: qualified_names(server, ["add", "b__c", "c", "r.f", "r_f", "y" * 70], prefixes) for server in servers
+    }
+    every = [name for named in names.values() for name in named.values()]
+    assert len(every) == len(set(every)) and all(len(name) <= 64 for name in every)
+    assert names["fs.write"]["add"] == "fs_write__add" and names["fs_write"]["add"] == "fs_write_2__add"
+    assert names["a"]["add"] == "a__add" and names["a"]["r_f"] == "a__r_f_2"
+    # "a" + "b__c" and "a__b" + "c" would both spell a__b__c: each gets its own hash instead
+    assert names["a"]["b__c"] != names["a__b"]["c"] and names["a"]["b__c"].startswith("a__b__c_")
+    assert names == {
+        server: qualified_names(server, ["add", "b__c", "c", "r.f", "r_f", "y" * 70], prefixes) for server in servers
+    }
+
+
+def test_always_allow_holds_for_a_tool_not_a_name_and_ends_with_a_restart(running: list[McpHost]) -> None:
+    host = started(running, {"demo": demo()}, start_timeout_s=START_S)
+    approvals = ToolApprovals(host)
+    assert "demo__add" not in approvals
+    approvals.add("demo__add")
+    approvals.add("demo__nothing")  # a name that stands for no tool is never approved
+    assert "demo__add" in approvals and "demo__slow" not in approvals and len(approvals) == 1
+    host.restart({"demo": demo()})  # the same name may now run another program: ask again
+    host.wait_ready(START_S)
+    assert "demo__add" not in approvals and len(approvals) == 0
+    approvals.add("demo__add")
+    assert "demo__add" in approvals
+    host.stop()
+    assert "demo__add" not in approvals
 
 
 def test_restart_takes_a_new_configuration(running: list[McpHost]) -> None:

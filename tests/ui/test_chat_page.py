@@ -436,6 +436,21 @@ def test_tools_over_stdio_allow_once_runs_the_call_and_deny_tells_the_model(page
     ]
 
 
+def test_always_allow_does_not_survive_a_restart_of_the_servers(page, qtbot, hosts) -> None:  # type: ignore[no-untyped-def]
+    host = start_host(hosts, page, {"demo": demo()})
+    card = ask_tool(qtbot, page, 'CALL demo__add {"a": 1, "b": 2}')
+    answer_card(qtbot, page, card.always_button)
+    assert "demo__add" in page.always_allowed
+
+    # Settings changed the servers: the same name may now stand for another program's tool.
+    host.restart({"demo": demo()})
+    host.wait_ready(START_S)
+    assert "demo__add" not in page.always_allowed
+    card = ask_tool(qtbot, page, 'CALL demo__add {"a": 2, "b": 2}')  # it asks again
+    outcome = answer_card(qtbot, page, card.allow_once_button)
+    assert outcome.text == "The tool said: 4"
+
+
 def test_tools_over_streamable_http(page, qtbot, hosts) -> None:  # type: ignore[no-untyped-def]
     import subprocess
 

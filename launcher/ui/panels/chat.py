@@ -54,7 +54,7 @@ from launcher.ui.server_process import ServerEndpoint
 from launcher.ui.widgets.card import muted
 
 if TYPE_CHECKING:
-    from launcher.chat.mcp_host import McpHost
+    from launcher.chat.mcp_host import McpHost, ToolApprovals
     from launcher.ui.chat_worker import TurnOutcome, TurnWorker
 
 log = logging.getLogger(__name__)
@@ -253,7 +253,9 @@ class ChatPanel(QWidget):
         self._mcp_error: str | None = None
         self.conversation: Conversation | None = None
         self.max_tokens: int | None = None  # a cap when the chat leaves the length to the server (screenshots)
-        self.always_allowed: set[str] = set()  # "Always allow": for this run of the app
+        # "Always allow": by (server, tool), for this run of the MCP servers (set_mcp_host makes it a
+        # ToolApprovals, which a restart of the servers empties); without a host no tool runs at all.
+        self.always_allowed: ToolApprovals | set[str] = set()
         self.pending: list[Attachment] = []
         self.editing_id: int | None = None
         self.model_entries: dict[str, dict[str, Any]] = {}  # /v1/models of the current server, by id
@@ -508,7 +510,13 @@ class ChatPanel(QWidget):
     # -- MCP tools -------------------------------------------------------------------------
     def set_mcp_host(self, host: McpHost | None) -> None:
         """The running MCP servers whose tools the model may call (None: no tools)."""
+        from launcher.chat.mcp_host import ToolApprovals
+
         self.mcp_host = host
+        if isinstance(self.always_allowed, ToolApprovals):
+            self.always_allowed.set_host(host)  # the same object a running turn holds
+        else:
+            self.always_allowed = ToolApprovals(host)
         if host is not None:
             host.on_change(self._host_changed)
         self._update_tools()
