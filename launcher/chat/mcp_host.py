@@ -30,6 +30,7 @@ import math
 import os
 import re
 import threading
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -58,6 +59,7 @@ _QUALIFIED = re.compile(r"[^a-zA-Z0-9_-]")
 _CALL_GRACE_S = 5.0  # beyond a call's own timeout, before the caller's thread gives up on the host
 _STOP_TIMEOUT_S = 20.0  # the SDK's stdio shutdown is bounded by ~6 s (stdin close, SIGTERM, SIGKILL)
 _ABANDONED_CALL_S = 30.0  # a call whose answer was given up on is cancelled after this, at the latest
+_CANCEL_POLL_S = 0.05  # how soon a set cancel event answers a waiting caller
 _STDERR_SETTLE_S = 3.0  # how long a crash waits for the rest of the server's stderr, for its message
 
 
@@ -382,9 +384,17 @@ class McpHost:
 
     # -- calls -------------------------------------------------------------------------------------
 
-    def call(self, qualified: str, arguments: dict[str, Any], *, timeout_s: float | None = None) -> ToolResult:
+    def call(
+        self,
+        qualified: str,
+        arguments: dict[str, Any],
+        *,
+        timeout_s: float | None = None,
+        cancel: threading.Event | None = None,
+    ) -> ToolResult:
         """Run one tool and wait for its result (blocking: call it from a worker thread). Never raises:
-        every failure is an error result whose text says what happened."""
+        every failure is an error result whose text says what happened. A set `cancel` (the user's
+        Stop) answers at once and cancels the call on the host (the SDK tells the server)."""
         with self._lock:
             loop = self._loop
             found = next(
@@ -404,9 +414,11 @@ class McpHost:
         with self._lock:
             self._waiting.add(future)
         try:
-            return future.result(timeout=limit + _CALL_GRACE_S)
+            return _wait(future, limit + _CALL_GRACE_S, cancel)
         except concurrent.futures.TimeoutError:
             future.cancel()
+            if cancel is not None and cancel.is_set():
+                return ToolResult(_cancelled(tool), True)
             return ToolResult(_timed_out(tool, limit), True)
         except concurrent.futures.CancelledError:  # stop() ended it
             return ToolResult(_stopped_during(tool), True)
@@ -429,7 +441,11 @@ class McpHost:
         task = asyncio.ensure_future(client.call_tool(tool.name, arguments, read_timeout_seconds=limit))
         self._calls.add(task)
         task.add_done_callback(self._call_done)
-        done, _ = await asyncio.wait({task}, timeout=limit + 0.5)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=limit + 0.5)
+        except asyncio.CancelledError:  # the caller stopped (or the host stops): the call ends too
+            task.cancel()
+            raise
         if not done:
             asyncio.get_running_loop().call_later(_ABANDONED_CALL_S, task.cancel)
             return ToolResult(_timed_out(tool, limit), True)
@@ -702,6 +718,25 @@ def result_text(result: mcp_types.CallToolResult) -> str:
     if not parts and result.structured_content is not None:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False))
     return "\n".join(parts)
+
+
+def _wait(future: concurrent.futures.Future[ToolResult], timeout: float, cancel: threading.Event | None) -> ToolResult:
+    """The call's result; TimeoutError at `timeout`, or as soon as `cancel` is set."""
+    if cancel is None:
+        return future.result(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while not cancel.is_set():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        done, _ = concurrent.futures.wait([future], timeout=min(_CANCEL_POLL_S, remaining))
+        if done:
+            return future.result()
+    raise concurrent.futures.TimeoutError
+
+
+def _cancelled(tool: ToolInfo) -> str:
+    return f"Stopped: the user stopped the turn while {tool.name} of MCP server {tool.server} ran."
 
 
 def _timed_out(tool: ToolInfo, limit: float) -> str:

@@ -30,7 +30,8 @@ from launcher.ui import workers
 log = logging.getLogger(__name__)
 
 SAVE_EVERY_S = 0.5
-CALL_FUNCTION = Callable[[str, dict[str, Any]], Any]  # the host's call(qualified, arguments) -> ToolResult
+# the host's call(qualified, arguments, cancel=event) -> ToolResult; a set event answers at once
+CALL_FUNCTION = Callable[..., Any]
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ class TurnWorker(QThread):
         conversation_id: int,
         tools: list[dict[str, Any]] | None = None,
         call_tool: CALL_FUNCTION | None = None,
-        always_allowed: set[str] | None = None,
+        always_allowed: session.Approvals | None = None,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
@@ -265,5 +266,7 @@ class TurnWorker(QThread):
     def _call_tool(self, qualified: str, arguments: dict[str, Any]) -> session.ToolOutcome:
         if self.call_tool is None:  # the session reports this to the model as the tool's error
             raise RuntimeError("no MCP server runs it any more")
-        result: session.ToolOutcome = self.call_tool(qualified, arguments)
+        # Stop must not wait for a slow tool: the host answers as soon as the cancel event is set (and
+        # cancels the call); the session then ends the turn as stopped.
+        result: session.ToolOutcome = self.call_tool(qualified, arguments, cancel=self._cancel)
         return result

@@ -484,11 +484,14 @@ class MainWindow(QMainWindow):
         self._shut_down = True
         self._stop_poller()
         self.models_page.shutdown()
-        self.chat_page.shutdown()
+        # Stop the chat turn first and close the MCP servers before waiting for it: the turn's tool call
+        # then answers at once instead of running to its end. Closing is for good: stdio servers must
+        # not outlive the app, and a restart Settings queued starts nothing.
+        self.chat_page.stop()
         if self.mcp_host is not None:
-            # For good: stdio servers must not outlive the app, and a restart Settings queued starts nothing.
             self.mcp_host.close()
             self.mcp_host = None
+        self.chat_page.shutdown()  # its wait for the stopped turn is bounded
         self.machine_page.gpu_pack.shutdown()
         self.updates.shutdown()
         self.server.stop_and_wait()

@@ -344,6 +344,28 @@ def test_always_allow_holds_for_a_tool_not_a_name_and_ends_with_a_restart(runnin
     assert "demo__add" not in approvals
 
 
+def test_a_set_cancel_event_answers_a_call_at_once(running: list[McpHost]) -> None:
+    host = started(running, {"demo": demo()}, start_timeout_s=START_S)
+    cancel = threading.Event()
+    answers: list[ToolResult] = []
+    caller = threading.Thread(
+        target=lambda: answers.append(host.call("demo__slow", {"seconds": 60}, timeout_s=120, cancel=cancel))
+    )
+    caller.start()
+    deadline = time.monotonic() + START_S
+    while "slow started" not in host.states()["demo"].stderr:
+        assert time.monotonic() < deadline and caller.is_alive()
+        threading.Event().wait(0.02)
+    cancelling = time.monotonic()
+    cancel.set()
+    caller.join(30)
+    took = time.monotonic() - cancelling
+    print(f"a cancelled call answered after {took:.2f} s")
+    assert took < 2.0
+    assert answers == [ToolResult("Stopped: the user stopped the turn while slow of MCP server demo ran.", True)]
+    assert host.call("demo__add", {"a": 1, "b": 2}, cancel=threading.Event()).text == "3"  # the server goes on
+
+
 def test_restart_takes_a_new_configuration(running: list[McpHost]) -> None:
     host = started(running, {"one": demo("one")}, start_timeout_s=START_S)
     seen: list[ServerState] = []

@@ -451,6 +451,38 @@ def test_always_allow_does_not_survive_a_restart_of_the_servers(page, qtbot, hos
     assert outcome.text == "The tool said: 4"
 
 
+def wait_for_slow_call(qtbot, chat: ChatPanel, seconds: int) -> ToolCallCard:  # type: ignore[no-untyped-def]
+    """Ask for the demo server's slow tool, allow it, and wait until the server runs it."""
+    assert chat.mcp_host is not None
+    card = ask_tool(qtbot, chat, f'CALL demo__slow {{"seconds": {seconds}}}')
+    host = chat.mcp_host
+    before = host.states()["demo"].stderr.count("slow started")
+    qtbot.mouseClick(card.allow_once_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: host.states()["demo"].stderr.count("slow started") > before, timeout=REPLY_MS)
+    return card
+
+
+def test_stop_and_shutdown_during_a_slow_tool_answer_at_once(page, qtbot, hosts) -> None:  # type: ignore[no-untyped-def]
+    start_host(hosts, page, {"demo": demo()})
+    card = wait_for_slow_call(qtbot, page, 8)
+    began = time.monotonic()
+    with qtbot.waitSignal(page.reply_finished, timeout=REPLY_MS) as finished:
+        qtbot.mouseClick(page.stop_button, Qt.MouseButton.LeftButton)
+    took = time.monotonic() - began
+    print(f"Stop during an 8 s tool ended the turn after {took:.2f} s")
+    assert took < 2.0 and finished.args[0].stopped
+    assert card.is_error and (card.result_text or "").startswith("Stopped")
+    qtbot.waitUntil(lambda: page.worker is None, timeout=10_000)
+    assert send(qtbot, page, "Still there?").text.startswith("Answer ")  # the page goes on
+
+    wait_for_slow_call(qtbot, page, 8)
+    began = time.monotonic()
+    page.shutdown()  # what quitting does with a tool running
+    took = time.monotonic() - began
+    print(f"shutdown during an 8 s tool took {took:.2f} s")
+    assert took < 2.0
+
+
 def test_tools_over_streamable_http(page, qtbot, hosts) -> None:  # type: ignore[no-untyped-def]
     import subprocess
 

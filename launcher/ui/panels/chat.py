@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QThread, QTimer, Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -58,6 +58,8 @@ if TYPE_CHECKING:
     from launcher.ui.chat_worker import TurnOutcome, TurnWorker
 
 log = logging.getLogger(__name__)
+SHUTDOWN_WAIT_MS = 3000  # quitting waits this long for a stopped turn (it ends within ~0.1 s)
+_LEFT_RUNNING: list[QThread] = []  # turns that outlived their page's shutdown (wedged): kept alive
 
 MAX_TEXT_BYTES = 200 * 1024  # a text file larger than this would crowd the model's context
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
@@ -859,13 +861,18 @@ class ChatPanel(QWidget):
         self._update_info()
 
     def shutdown(self) -> None:
-        """Stop and join the worker, save what is pending, close the chats file (app quit)."""
+        """Stop and join the worker, save what is pending, close the chats file (app quit). The wait is
+        bounded: Stop ends a stream and a tool call at once, so only a wedged thread is left behind."""
         if self._closed:
             return
         worker = self.worker
         if worker is not None:
             worker.stop()
-            worker.wait()
+            if not worker.wait(SHUTDOWN_WAIT_MS):
+                log.warning("the chat turn did not end within %d ms of Stop", SHUTDOWN_WAIT_MS)
+                # A QThread destroyed while it runs aborts the process: it must not go with the page.
+                worker.setParent(None)
+                _LEFT_RUNNING.append(worker)
         self._closed = True  # the worker's queued "finished" may still arrive: nothing may read the store then
         if self._settings_timer.isActive():
             self._settings_timer.stop()
