@@ -473,6 +473,9 @@ class MainWindow(QMainWindow):
             self.hide()
             self.hidden_to_tray.emit()
             return
+        # Out of sight first: stopping MCP servers and the model server may block for seconds (a server
+        # that ignores SIGTERM waits for SIGKILL), and a window that stays up frozen looks hung.
+        self.hide()
         self.shutdown()
         event.accept()
         self.closed.emit()
