@@ -23,7 +23,16 @@ from functools import cache
 from typing import Any, Literal
 
 from PySide6.QtCore import QEvent, Qt, QUrl, Signal
-from PySide6.QtGui import QColor, QFont, QGuiApplication, QPalette, QTextCharFormat, QTextCursor, QTextDocument
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QGuiApplication,
+    QImage,
+    QPalette,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+)
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -306,6 +315,14 @@ def code_style_name(palette: QPalette) -> str:
 # --- widgets --------------------------------------------------------------------------------------
 
 
+def plain_label(text: str = "") -> QLabel:
+    """A label that shows `text` exactly: never read as rich text, so text from a model or a server
+    cannot style itself or make the label load an image."""
+    label = QLabel(text)
+    label.setTextFormat(Qt.TextFormat.PlainText)
+    return label
+
+
 @cache
 def _monospace() -> QFont:
     return theme.monospace_font()
@@ -314,8 +331,8 @@ def _monospace() -> QFont:
 class AutoHeightBrowser(QTextBrowser):
     """A read-only rich-text box exactly as tall as its text: the transcript scrolls, never the box.
 
-    Links open in the browser; images an answer names are never loaded (no file or network access
-    on the model's say-so). The wheel goes to the transcript.
+    Links open in the browser; nothing an answer names is ever loaded (no file or network access on
+    the model's say-so). The wheel goes to the transcript.
     """
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -342,7 +359,11 @@ class AutoHeightBrowser(QTextBrowser):
             self.setFixedHeight(height)
 
     def loadResource(self, kind: int, url: QUrl | str) -> Any:
-        return None
+        # Never None: for an empty answer Qt reads the file itself (a FIFO hangs the window, /dev/zero
+        # exhausts memory, a local image shows). A null image, or empty text, is cached and drawn as nothing.
+        if kind == QTextDocument.ResourceType.ImageResource.value:
+            return QImage()
+        return ""
 
     def wheelEvent(self, event: Any) -> None:
         event.ignore()
@@ -388,7 +409,7 @@ class CodeBlockView(QFrame):
         layout.setContentsMargins(8, 4, 8, 6)
         layout.setSpacing(2)
         header = QHBoxLayout()
-        self.language_label = QLabel(language or "code")
+        self.language_label = plain_label(language or "code")
         self.language_label.setObjectName("Muted")
         self.copy_button = small_button("Copy", "Copy code", self.copy)
         self.copy_button.setAccessibleDescription(f"Copy the {language or 'code'} block")

@@ -41,6 +41,7 @@ from launcher.ui.chat_markdown import (
     MarkdownBody,
     code_formats,
     code_style_name,
+    plain_label,
     small_button,
     warm_up,
 )
@@ -192,7 +193,7 @@ class ToolCallCard(QFrame):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 8, 12, 8)
         layout.setSpacing(4)
-        self.title = QLabel(f"Tool call: {qualified}")
+        self.title = plain_label(f"Tool call: {qualified}")
         self.title.setObjectName("ChatRole")
         self.title.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(self.title)
@@ -211,7 +212,7 @@ class ToolCallCard(QFrame):
             row.addWidget(button)
         row.addStretch(1)
         layout.addWidget(self.buttons)
-        self.status = QLabel("Waiting for your OK: nothing runs until you allow it.")
+        self.status = plain_label("Waiting for your OK: nothing runs until you allow it.")
         self.status.setObjectName("Muted")
         self.status.setWordWrap(True)
         layout.addWidget(self.status)
@@ -301,7 +302,7 @@ class MessageWidget(QFrame):
         self._layout.setSpacing(4)
         self._header = QHBoxLayout()
         self._header.setSpacing(2)
-        self.role_label = QLabel(name or _ROLE_NAMES.get(role, role.capitalize()))
+        self.role_label = plain_label(name or _ROLE_NAMES.get(role, role.capitalize()))
         self.role_label.setObjectName("ChatRole")
         self._header.addWidget(self.role_label)
         self._header.addStretch(1)
@@ -336,7 +337,7 @@ class MessageWidget(QFrame):
     def attachments(self) -> QLabel:
         """The line naming the attached files (above the text)."""
         if self._attachments is None:
-            self._attachments = QLabel()
+            self._attachments = plain_label()
             self._attachments.setObjectName("Muted")
             self._attachments.setWordWrap(True)
             self._attachments.hide()
@@ -347,7 +348,7 @@ class MessageWidget(QFrame):
     def status(self) -> QLabel:
         """The line under the message ("Answering…", an error, "Stopped before the end.")."""
         if self._status is None:
-            self._status = QLabel()
+            self._status = plain_label()
             self._status.setObjectName("Muted")
             self._status.setWordWrap(True)
             self._status.hide()
@@ -684,7 +685,7 @@ class ChatView(QWidget):
 
     def add_note(self, text: str) -> QLabel:
         """A muted line in the transcript ("Images need a model that takes them: not sent.")."""
-        note = QLabel(text)
+        note = plain_label(text)
         note.setObjectName("Muted")
         note.setWordWrap(True)
         note.setAccessibleName("Note")

@@ -10,12 +10,15 @@ import itertools
 import json
 import os
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
-from PySide6.QtCore import QEventLoop, Qt, QTimer
-from PySide6.QtGui import QColor, QFont, QGuiApplication, QTextCursor
+from PySide6.QtCore import QEventLoop, Qt, QTimer, QUrl
+from PySide6.QtGui import QColor, QFont, QGuiApplication, QImage, QTextCursor, QTextDocument
 from PySide6.QtWidgets import QAbstractButton
 
 from launcher.chat import session
@@ -368,6 +371,146 @@ def test_note_and_error(qtbot) -> None:  # type: ignore[no-untyped-def]
     view.finish("Stopped.")
     widget = view.message_widgets()[-1]
     assert widget.status.text() == "Stopped." and widget.text() == "Partial"
+
+
+def _red_png(path: Path) -> Path:
+    image = QImage(64, 64, QImage.Format.Format_ARGB32)
+    image.fill(QColor("#ff0000"))
+    assert image.save(str(path))
+    return path
+
+
+def _has_red(widget: Any) -> bool:
+    image = widget.grab().toImage()
+    step = 4
+    return any(
+        image.pixelColor(x, y).name() == "#ff0000"
+        for x in range(0, image.width(), step)
+        for y in range(0, image.height(), step)
+    )
+
+
+CHILD_TIMEOUT_S = 30  # a fresh Python with Qt starts in seconds; a render blocked on the FIFO never ends
+
+
+def _in_child(scenario: str, tmp_path: Path) -> dict[str, Any]:
+    """What `scenario(folder)` returns, run in a fresh process: a regression blocks on the FIFO while
+    holding the GIL (no timeout in this process could stop it) or aborts on /dev/zero."""
+    code = (
+        "import json, sys; from tests.ui import test_chat_view as t;"
+        f" print('RESULT', json.dumps(t.{scenario}(sys.argv[1])))"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path)],
+            cwd=Path(__file__).parents[2],
+            env={**os.environ, "QT_QPA_PLATFORM": "offscreen"},
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{scenario}: rendering did not return within {CHILD_TIMEOUT_S} s (something opened the FIFO)")
+    assert done.returncode == 0, f"{scenario} ended with {done.returncode}: {done.stderr[-2000:]}"
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    return json.loads(line.removeprefix("RESULT "))  # type: ignore[no-any-return]
+
+
+def _shown_view() -> ChatView:
+    from PySide6.QtWidgets import QApplication
+
+    _app = QApplication.instance() or QApplication([])
+    view = ChatView()
+    view.resize(900, 700)
+    view.show()
+    _app.processEvents()
+    return view
+
+
+def _red_png(path: Path) -> Path:
+    image = QImage(64, 64, QImage.Format.Format_ARGB32)
+    image.fill(QColor("#ff0000"))
+    assert image.save(str(path))
+    return path
+
+
+def _has_red(widget: Any) -> bool:
+    image = widget.grab().toImage()  # laid out and painted: every image the text names is asked for
+    return any(
+        image.pixelColor(x, y).name() == "#ff0000"
+        for x in range(0, image.width(), 4)
+        for y in range(0, image.height(), 4)
+    )
+
+
+def answer_with_images(folder: str) -> dict[str, Any]:
+    """An answer whose images name a FIFO, /dev/zero, a local picture (as a path, a file URL, relative)."""
+    fifo, png = Path(folder) / "fifo", _red_png(Path(folder) / "local.png")
+    os.mkfifo(fifo)
+    answer = (
+        f"A pipe ![pipe]({fifo}), endless zeros ![zero](/dev/zero), a local picture ![local]({png}),"
+        f" as a file URL ![url]({png.as_uri()}) and relative ![rel](local.png).\n\nThe end."
+    )
+    view = _shown_view()
+    started = time.monotonic()
+    view.set_messages([message(1, "user", "Draw"), message(2, "assistant", answer)])
+    widget = view.message_widgets()[1]
+    red = _has_red(widget)
+    [prose] = widget.findChildren(ProseView)
+    loaded = []
+    for name in (str(fifo), "/dev/zero", str(png), png.as_uri(), "local.png"):
+        for kind in QTextDocument.ResourceType:
+            value = prose.document().resource(kind.value, QUrl(name))
+            if value and not (hasattr(value, "isNull") and value.isNull()):
+                loaded.append(f"{kind.name} {name}")
+    return {"seconds": time.monotonic() - started, "red": red, "text": prose.toPlainText(), "loaded": loaded}
+
+
+def tool_call_with_markup(folder: str) -> dict[str, Any]:
+    """A model name, tool name, tool result and error that hold `<img>` tags naming a FIFO and a picture."""
+    fifo, png = Path(folder) / "fifo", _red_png(Path(folder) / "local.png")
+    os.mkfifo(fifo)
+    markup = f'<img src="{fifo}"><img src="{png}" width=64 height=64>'
+    view = _shown_view()
+    view.assistant_name = f"model {markup}"
+    view.begin_assistant()
+    view.append_text("Calling.")
+    card = view.add_tool_call("c1", f"demo__{markup}", {"x": markup})
+    card.mark_decided("always")
+    decided = card.status.text()
+    view.set_tool_result("c1", markup, is_error=True)
+    view.append_text("After.")
+    view.finish(f"Failed: {markup}")
+    note = view.add_note(f"Note {markup}")
+    first, last = view.message_widgets()
+    labels = (first.role_label, card.title, card.status, last.status, note)
+    return {
+        "markup": markup,
+        "red": _has_red(view),
+        "texts": [first.role_label.text(), card.title.text(), decided, last.status.text(), note.text()],
+        "result": card.result_view.toPlainText(),
+        "plain": [label.textFormat() == Qt.TextFormat.PlainText for label in labels],
+    }
+
+
+def test_an_answer_never_loads_what_its_images_name(tmp_path: Path) -> None:
+    shown = _in_child("answer_with_images", tmp_path)
+    assert shown["seconds"] < 10 and not shown["red"] and not shown["loaded"], shown
+    assert shown["text"].startswith("A pipe") and shown["text"].endswith("The end.")
+
+
+def test_model_and_tool_text_in_labels_shows_as_text(tmp_path: Path) -> None:
+    shown = _in_child("tool_call_with_markup", tmp_path)
+    markup = shown["markup"]
+    assert not shown["red"], "a label loaded the local picture"
+    assert shown["texts"] == [
+        f"model {markup}",
+        f"Tool call: demo__{markup}",
+        f"Allowed (demo__{markup} is always allowed): running…",
+        f"Failed: {markup}",
+        f"Note {markup}",
+    ]
+    assert shown["result"] == markup and all(shown["plain"]), shown
 
 
 def test_a_backlog_at_the_end_is_shown_in_steps(qtbot) -> None:  # type: ignore[no-untyped-def]

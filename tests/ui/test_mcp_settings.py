@@ -16,13 +16,13 @@ from pathlib import Path
 import keyring
 import psutil
 import pytest
-from PySide6.QtCore import QUrl
+from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QDesktopServices
-from PySide6.QtWidgets import QPlainTextEdit, QPushButton
+from PySide6.QtWidgets import QLabel, QPlainTextEdit, QPushButton
 
 from launcher.chat import mcp_config
 from launcher.chat.mcp_config import McpServer
-from launcher.chat.mcp_host import McpHost
+from launcher.chat.mcp_host import McpHost, ServerState
 from launcher.ui import workers
 from launcher.ui.panels.mcp_servers import NOTHING_RUNS_WITHOUT_ASKING, McpServersSection
 from tests.server import keyring_backend
@@ -209,3 +209,23 @@ def test_open_file_creates_it_and_opens_it(qtbot, monkeypatch) -> None:  # type:
     section.open_file_button.click()
     assert [url.toLocalFile() for url in opened] == [str(mcp_config.mcp_file())]
     assert json.loads(mcp_config.mcp_file().read_text()) == {"mcpServers": {}}
+
+
+def test_server_names_states_and_errors_show_as_text(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """What a server or its config says is never read as rich text: an `<img>` there would load a file."""
+    markup = f'<img src="{tmp_path / "picture.png"}"><b>bold</b>'
+    server = McpServer.model_validate({"name": "tricky", "command": "run", "args": [markup]})
+    section = McpServersSection({"tricky": server})
+    qtbot.addWidget(section)
+    section._state_changed(ServerState("tricky", "failed", error=f"error {markup}", stderr=f"line {markup}\n"))
+    row = section.rows["tricky"]
+    assert section.state_text("tricky") == f"Failed: line {markup}"
+    assert row.state_label.textFormat() == Qt.TextFormat.PlainText
+    assert row.detail.textFormat() == Qt.TextFormat.PlainText and markup in row.detail.text()
+    assert "&lt;img" in row.name_label.toolTip() and "<img" not in row.name_label.toolTip()
+    section.import_from(tmp_path / "missing.json", f"app {markup}")
+    assert markup in section.status.text() and section.status.textFormat() == Qt.TextFormat.PlainText
+    log = section.show_log("tricky")
+    labels = [label for label in log.findChildren(QLabel) if label.text() == f"error {markup}"]
+    assert labels and labels[0].textFormat() == Qt.TextFormat.PlainText
+    log.close()

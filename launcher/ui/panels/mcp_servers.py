@@ -11,6 +11,7 @@ window never waits for a server.
 
 from __future__ import annotations
 
+import html
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
@@ -96,7 +97,7 @@ class McpServersSection(QWidget):
         self.import_buttons: dict[str, QPushButton] = {}
         for source in mcp_config.import_sources():
             button = QPushButton(f"Import from {source.label}")
-            button.setToolTip(str(source.path))
+            button.setToolTip(_plain_tooltip(str(source.path)))
             button.clicked.connect(lambda _=False, s=source: self.import_from(s.path, s.label))
             buttons.addWidget(button)
             self.import_buttons.setdefault(source.label, button)
@@ -104,14 +105,14 @@ class McpServersSection(QWidget):
         card.body.addLayout(buttons)
 
         file_row = QHBoxLayout()
-        self.file_label = muted(f"Servers file: {self.path}")
+        self.file_label = _plain(muted(f"Servers file: {self.path}"))
         self.file_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.open_file_button = QPushButton("Open file")
         self.open_file_button.clicked.connect(self.open_file)
         file_row.addWidget(self.file_label, 1)
         file_row.addWidget(self.open_file_button)
         card.body.addLayout(file_row)
-        self.status = muted(load_error or "")
+        self.status = _plain(muted(load_error or ""))
         self.status.setAccessibleName("MCP servers status")
         card.body.addWidget(self.status)
         outer.addWidget(card)
@@ -216,7 +217,7 @@ class McpServersSection(QWidget):
         dialog.setWindowTitle(f"{name}: server log")
         layout = QVBoxLayout(dialog)
         if state is not None and state.error:
-            layout.addWidget(QLabel(state.error))
+            layout.addWidget(_plain(QLabel(state.error)))
         text = QPlainTextEdit(state.stderr if state is not None and state.stderr else "(nothing on stderr)")
         text.setReadOnly(True)
         text.setFont(theme.monospace_font())
@@ -268,10 +269,11 @@ class _ServerRow:
     def __init__(self, section: McpServersSection, server: McpServer) -> None:
         name = server.name
         self.server = server
-        self.name_label = QLabel(f"<b>{_escape(name)}</b>")
-        self.name_label.setToolTip(describe(server))
-        self.detail = muted(describe(server), wrap=False)
-        self.state_label = QLabel()
+        self.name_label = QLabel(f"<b>{html.escape(name)}</b>")
+        self.name_label.setTextFormat(Qt.TextFormat.RichText)
+        self.name_label.setToolTip(_plain_tooltip(describe(server)))
+        self.detail = _plain(muted(describe(server), wrap=False))
+        self.state_label = _plain(QLabel())
         self.state_label.setWordWrap(True)
         self.state_label.setAccessibleName(f"State of {name}")
         self.enabled = QCheckBox("Enabled")
@@ -333,8 +335,16 @@ def describe(server: McpServer) -> str:
     return f"{server.url} ({'SSE' if server.transport == 'sse' else 'Streamable HTTP'})"
 
 
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+def _plain(label: QLabel) -> QLabel:
+    """`label`, showing its text exactly: a server's name, command, error or stderr line is never read
+    as rich text (which could style itself or make the label load an image)."""
+    label.setTextFormat(Qt.TextFormat.PlainText)
+    return label
+
+
+def _plain_tooltip(text: str) -> str:
+    """`text` as a tooltip that shows it exactly (Qt reads a tooltip that looks like markup as rich text)."""
+    return f"<qt>{html.escape(text)}</qt>"
 
 
 class AddServerDialog(QDialog):
@@ -395,7 +405,7 @@ class AddServerDialog(QDialog):
                 "kept in the system keyring, not in mcp.json."
             )
         )
-        self.error = QLabel()
+        self.error = _plain(QLabel())
         self.error.setWordWrap(True)
         self.error.setStyleSheet(f"color: {theme.BAD};")
         self.error.setAccessibleName("Problem")
