@@ -14,6 +14,7 @@ last lines are highlighted again while it streams.
 
 from __future__ import annotations
 
+import html
 import math
 import re
 import time
@@ -25,6 +26,7 @@ from typing import Any, Literal
 from PySide6.QtCore import QEvent, Qt, QUrl, Signal
 from PySide6.QtGui import (
     QColor,
+    QDesktopServices,
     QFont,
     QGuiApplication,
     QImage,
@@ -314,6 +316,15 @@ def code_style_name(palette: QPalette) -> str:
 
 # --- widgets --------------------------------------------------------------------------------------
 
+# The only links a message may open: anything else (file:, smb:, a custom app's scheme, a relative
+# path) would hand the model's choice of target to the system, so it is never opened.
+WEB_SCHEMES = frozenset({"http", "https"})
+
+
+def open_in_browser(url: QUrl) -> bool:
+    """Open a web link in the system's browser (tests replace this)."""
+    return QDesktopServices.openUrl(url)
+
 
 def plain_label(text: str = "") -> QLabel:
     """A label that shows `text` exactly: never read as rich text, so text from a model or a server
@@ -321,6 +332,11 @@ def plain_label(text: str = "") -> QLabel:
     label = QLabel(text)
     label.setTextFormat(Qt.TextFormat.PlainText)
     return label
+
+
+def plain_tooltip(text: str) -> str:
+    """`text` as a tooltip that shows it exactly (Qt reads a tooltip that looks like markup as rich text)."""
+    return f"<qt>{html.escape(text)}</qt>" if text else ""
 
 
 @cache
@@ -331,8 +347,8 @@ def _monospace() -> QFont:
 class AutoHeightBrowser(QTextBrowser):
     """A read-only rich-text box exactly as tall as its text: the transcript scrolls, never the box.
 
-    Links open in the browser; nothing an answer names is ever loaded (no file or network access on
-    the model's say-so). The wheel goes to the transcript.
+    Only http and https links open, in the browser; the box never navigates. Nothing an answer names
+    is ever loaded (no file or network access on the model's say-so). The wheel goes to the transcript.
     """
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -341,7 +357,12 @@ class AutoHeightBrowser(QTextBrowser):
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        self.setOpenExternalLinks(True)
+        # Qt would hand any scheme to the system (file:, smb:, ...) and follow a relative link inside the
+        # box, replacing the message: links go through `_follow` instead.
+        self.setOpenLinks(False)
+        self.setOpenExternalLinks(False)
+        self.anchorClicked.connect(self._follow)
+        self.highlighted.connect(self._hovered)
         self.setUndoRedoEnabled(False)
         self.setFocusPolicy(Qt.FocusPolicy.ClickFocus)  # selectable, but not one Tab stop per paragraph
         palette = self.palette()
@@ -364,6 +385,19 @@ class AutoHeightBrowser(QTextBrowser):
         if kind == QTextDocument.ResourceType.ImageResource.value:
             return QImage()
         return ""
+
+    def _follow(self, url: QUrl) -> None:
+        if url.scheme().lower() in WEB_SCHEMES and url.host():
+            open_in_browser(url)
+
+    def _hovered(self, url: QUrl) -> None:
+        if url.isEmpty():
+            self.setToolTip("")
+            return
+        shown = url.toString()
+        if url.scheme().lower() not in WEB_SCHEMES or not url.host():
+            shown = f"Not opened (only http and https links open): {shown}"
+        self.setToolTip(plain_tooltip(shown))
 
     def wheelEvent(self, event: Any) -> None:
         event.ignore()

@@ -390,6 +390,33 @@ def _has_red(widget: Any) -> bool:
     )
 
 
+LINKS = {
+    "web": "https://example.com/docs",
+    "share": "smb://fileserver/share",
+    "file": "file:///etc/passwd",
+    "script": "javascript:alert(1)",
+    "settings": "ms-settings:privacy",
+    "relative": "notes.md",
+}
+
+
+def test_only_web_links_open_and_the_message_stays(qtbot, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    opened: list[str] = []
+    monkeypatch.setattr(chat_markdown, "open_in_browser", lambda url: opened.append(url.toString()), raising=False)
+    view = make_view(qtbot)
+    answer = "Links: " + ", ".join(f"[{name}]({url})" for name, url in LINKS.items()) + ".\n\nThe end."
+    view.set_messages([message(1, "assistant", answer)])
+    [prose] = view.findChildren(ProseView)
+    before = prose.toPlainText()
+    for name, url in LINKS.items():
+        prose.anchorClicked.emit(QUrl(url))  # what a click on the link (or Enter on it) sends
+        assert prose.toPlainText() == before, f"the {name} link replaced the message"
+        assert prose.source().isEmpty()
+    assert opened == [LINKS["web"]], opened
+    # Qt itself neither hands a link to the system nor follows it inside the box (which blanks it).
+    assert not prose.openExternalLinks() and not prose.openLinks()
+
+
 CHILD_TIMEOUT_S = 30  # a fresh Python with Qt starts in seconds; a render blocked on the FIFO never ends
 
 
