@@ -49,6 +49,7 @@ from launcher.chat.store import DEFAULT_TITLE, Attachment, ChatSettings, ChatSto
 from launcher.chat.store import auto_title as title_from
 from launcher.ui import workers
 from launcher.ui.chat_list import ConversationList
+from launcher.ui.chat_markdown import plain_tooltip
 from launcher.ui.chat_view import ChatView
 from launcher.ui.server_process import ServerEndpoint
 from launcher.ui.widgets.card import muted
@@ -156,6 +157,7 @@ class ElidedLabel(QLabel):
     def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._full = ""
+        self.setTextFormat(Qt.TextFormat.PlainText)  # a title is the user's or the model's text, not markup
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.setMinimumWidth(self.fontMetrics().horizontalAdvance("M") * 4)
         self.setText(text)
@@ -163,7 +165,7 @@ class ElidedLabel(QLabel):
     def setText(self, text: str) -> None:
         """Show `text`, shortened to the label's width."""
         self._full = text
-        self.setToolTip(text)
+        self.setToolTip(plain_tooltip(text))  # a chat's title comes from its text: never read as markup
         self._elide()
 
     def text(self) -> str:
@@ -570,7 +572,9 @@ class ChatPanel(QWidget):
         ]
         if self._mcp_error:
             tips.insert(0, self._mcp_error)
-        self.tools_label.setToolTip("\n".join(tips) or "Add MCP servers in Settings to give the model tools.")
+        # Server errors are the servers' words: shown as text, never read as markup.
+        tip = "\n".join(tips) or "Add MCP servers in Settings to give the model tools."
+        self.tools_label.setToolTip(plain_tooltip(tip))
         self.tools_toggle.setEnabled(bool(states))
 
     def tools_for_turn(self) -> list[dict[str, Any]]:
