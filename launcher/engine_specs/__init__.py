@@ -27,6 +27,7 @@ from typing import Literal
 
 from launcher.core.errors import EngineUnavailableError
 from launcher.core.paths import is_frozen
+from launcher.engine_specs.preference import Prefer, never
 from launcher.hardware.machine import Machine
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,10 @@ SlidingCache = Literal["window", "llamacpp", "full"]
   sequence's window (checkpoints) are kept in host RAM so prefixes stay reusable;
 - "full": sliding layers are as large as the full-attention ones.
 """
+
+RunsAs = Literal["in_process", "child"]
+"""Where an engine runs: in the launcher's process (its `Engine.load` returns a model it drives), or as a
+child process serving an OpenAI-compatible API that the launcher starts, supervises and calls over HTTP."""
 
 EngineStatus = Mapping[str, str | None]
 """Engine name -> None when usable, else the reason it is not."""
@@ -92,6 +97,8 @@ class EngineSpec:
     quantized_kv: bool = False  # the advisor may give it a q8_0 KV cache when f16 does not fit
     runs_on: MachineCheck = field(default=any_machine)  # can it run on this hardware at all?
     suits: Callable[[Machine], bool] = field(default=lambda machine: True)  # is it worth proposing here?
+    runs_as: RunsAs = "in_process"
+    prefer: Prefer = never  # how it ranks itself for a machine and a model (engine_specs/preference.py)
 
     @property
     def install_hint(self) -> str:
