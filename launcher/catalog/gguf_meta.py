@@ -1,10 +1,12 @@
-"""Read the architecture numbers the advisor needs from a GGUF header.
+"""Read a GGUF header: the architecture numbers the advisor needs, or just what a loader checks.
 
 `gguf.GGUFReader` parses every key into numpy objects, including the 262k-entry tokenizer
 arrays, which takes tens of seconds on a small machine; listing a library must not. So this
 module walks the header itself with `struct` over an mmap, skipping large arrays, and uses the
 `gguf` package for the format's constants (value types, file types, tensor types).
-Only the header is read: the tensor data is never touched.
+Only the header is read: the tensor data is never touched. It is the one GGUF header reader:
+`read_gguf_metadata` reads all of it, `read_identity` stops as soon as it knows the
+architecture and file type (what the llama.cpp engine checks before a load).
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from __future__ import annotations
 import mmap
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gguf import GGML_QUANT_SIZES, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType, LlamaFileType
 
@@ -41,7 +44,10 @@ _SCALAR_FORMATS: dict[int, str] = {
     GGUFValueType.INT64: "<q",
     GGUFValueType.FLOAT64: "<d",
 }
+_Parsed = TypeVar("_Parsed")
 _MAX_KEPT_ARRAY = 4096  # per-layer arrays are kept; tokenizer vocabularies are only counted
+# Files whose weights are stored unquantized: AMX and repacked CPU buffers hold only quantized ones.
+_UNQUANTIZED_FILE_TYPES = (LlamaFileType.ALL_F32, LlamaFileType.MOSTLY_F16, LlamaFileType.MOSTLY_BF16)
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,19 @@ class RawHeader:
     fields: dict[str, Any]
     array_lengths: dict[str, int]
     tensors: tuple[TensorInfo, ...]
+
+
+@dataclass(frozen=True)
+class GgufIdentity:
+    """The two header facts a loader needs before it hands the file to its runtime."""
+
+    architecture: str  # general.architecture: "llama", "qwen3", ...
+    file_type: int | None  # general.file_type (a LlamaFileType), None when the file does not say
+
+    @property
+    def maybe_quantized(self) -> bool:
+        """False only when the file says its weights are all F32, F16 or BF16."""
+        return self.file_type not in _UNQUANTIZED_FILE_TYPES
 
 
 @dataclass(frozen=True)
@@ -197,23 +216,58 @@ class _Cursor:
 
 def read_header(path: Path) -> RawHeader:
     """Parse one GGUF file's key/value section and tensor infos (not the tensor data)."""
+    return _with_cursor(path, _parse)
+
+
+def read_identity(path: Path) -> GgufIdentity:
+    """The architecture and file type a GGUF declares, reading its keys only until both are known
+    (they come first in the files llama.cpp writes), so it costs next to nothing for any size."""
+    return _with_cursor(path, _parse_identity)
+
+
+def _with_cursor(path: Path, parse: Callable[[_Cursor], _Parsed]) -> _Parsed:
     try:
         with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as buffer:
-            return _parse(_Cursor(buffer, path))
+            return parse(_Cursor(buffer, path))
     except ValueError as err:  # mmap of an empty file
         raise ModelFormatError(f"{path} is empty, not a GGUF file.") from err
     except OSError as err:
         raise ModelFormatError(f"Cannot read {path}: {err.strerror or err}") from err
 
 
-def _parse(cursor: _Cursor) -> RawHeader:
+def _preamble(cursor: _Cursor) -> tuple[int, int, int]:
+    """Version, tensor count and key count, after checking the magic and the version."""
     if len(cursor.buffer) < 24 or cursor.unpack("<I") != GGUF_MAGIC:
         raise ModelFormatError(f"{cursor.path} is not a GGUF file (no GGUF magic at the start).")
     version = cursor.unpack("<I")
     if version not in (2, 3):
         raise ModelFormatError(f"{cursor.path} is GGUF version {version}; versions 2 and 3 are supported.")
-    tensor_count = cursor.unpack("<Q")
-    kv_count = cursor.unpack("<Q")
+    return version, cursor.unpack("<Q"), cursor.unpack("<Q")
+
+
+def _parse_identity(cursor: _Cursor) -> GgufIdentity:
+    _version, _tensor_count, kv_count = _preamble(cursor)
+    architecture: str | None = None
+    file_type: int | None = None
+    for _ in range(kv_count):
+        key = cursor.string()
+        type_id = cursor.unpack("<I")
+        if key.startswith("tokenizer.") and architecture is not None:
+            break  # the vocabulary comes after the general keys, and general.file_type is optional
+        value = cursor.value(type_id, key, {})
+        if key == "general.architecture" and isinstance(value, str):
+            architecture = value
+        elif key == "general.file_type" and isinstance(value, int):
+            file_type = value
+        if architecture is not None and file_type is not None:
+            break
+    if architecture is None:
+        raise ModelFormatError(f"{cursor.path} has no general.architecture key; it is not a model GGUF.")
+    return GgufIdentity(architecture=architecture, file_type=file_type)
+
+
+def _parse(cursor: _Cursor) -> RawHeader:
+    version, tensor_count, kv_count = _preamble(cursor)
     fields: dict[str, Any] = {}
     lengths: dict[str, int] = {}
     for _ in range(kv_count):

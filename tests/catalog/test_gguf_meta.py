@@ -1,12 +1,15 @@
-"""GGUF header reading on real files: the tiny test model, a split MoE file, and the starter."""
+"""GGUF header reading on real files: the tiny test model, a split MoE file, and the starter; and the
+short read a loader makes (architecture and file type)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import gguf
+import numpy as np
 import pytest
 
-from launcher.catalog.gguf_meta import read_gguf_metadata, shard_paths
+from launcher.catalog.gguf_meta import GgufIdentity, read_gguf_metadata, read_identity, shard_paths
 from launcher.core.errors import ModelFormatError
 from tests.catalog.helpers import write_moe_gguf
 
@@ -75,3 +78,44 @@ def test_starter_model_header(starter_gguf: Path) -> None:
     assert meta.vocab_size == 262144
     arch = meta.to_architecture()
     assert arch.full_attention_layers == 3 and arch.sliding_window == 512
+
+
+def test_identity_reads_only_what_a_loader_checks(tmp_path: Path, tiny_gguf: Path) -> None:
+    identity = read_identity(tiny_gguf)
+    assert (identity.architecture, identity.file_type) == ("llama", gguf.LlamaFileType.ALL_F32)
+    assert not identity.maybe_quantized
+    # The vocabulary is never read: a file cut where it starts still names its architecture.
+    whole = write_moe_gguf(tmp_path / "moe.gguf")[0].read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(whole[: whole.index(b"tokenizer.ggml.tokens") + 30])
+    assert read_identity(cut) == GgufIdentity("qwen3moe", gguf.LlamaFileType.ALL_F32)
+
+
+def test_identity_without_a_file_type_may_be_quantized(tmp_path: Path) -> None:
+    path = tmp_path / "untyped.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.zeros((8, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    identity = read_identity(path)
+    assert identity.architecture == "llama" and identity.file_type is None
+    assert identity.maybe_quantized
+
+
+def test_identity_of_a_file_that_is_not_a_model_gguf(tmp_path: Path) -> None:
+    html = tmp_path / "model.gguf"
+    html.write_text("<html>404 Not Found</html>")
+    with pytest.raises(ModelFormatError, match="not a GGUF"):
+        read_identity(html)
+    keys_only = tmp_path / "keys.gguf"
+    writer = gguf.GGUFWriter(str(keys_only), "llama")
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    keys_only.write_bytes(keys_only.read_bytes().replace(b"general.architecture", b"general.architectura"))
+    with pytest.raises(ModelFormatError, match=r"no general\.architecture"):
+        read_identity(keys_only)

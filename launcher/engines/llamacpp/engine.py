@@ -13,12 +13,12 @@ import re
 from functools import partial
 from pathlib import Path
 from types import ModuleType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from launcher.advisor.fit import KvType, kv_cache_bytes
 from launcher.core.child_process import launcher_command
 from launcher.core.config import ServeConfig
-from launcher.core.errors import ConfigError, EngineError, ModelDoesNotFitError, ModelFormatError
+from launcher.core.errors import ConfigError, EngineError, ModelDoesNotFitError, ModelFormatError, ModelNotFoundError
 from launcher.core.model_types import LocalModel
 from launcher.core.units import MIB
 from launcher.engine_specs import Availability
@@ -28,7 +28,6 @@ from launcher.engines.llamacpp._backend_probe import probe_in_child
 from launcher.engines.llamacpp._cpu_probe import extra_buffer_types_usable
 from launcher.engines.llamacpp._draft import DraftModel, check_same_vocabulary
 from launcher.engines.llamacpp._embedding import Embedder
-from launcher.engines.llamacpp._gguf_header import GgufHeader, check_gguf_file
 from launcher.engines.llamacpp._sliding_window import CheckpointStore
 from launcher.engines.llamacpp.gpu_packs import load_installed_pack
 from launcher.engines.llamacpp.model import LlamaCppModel, RuntimeSettings
@@ -37,6 +36,9 @@ from launcher.engines.prompt_cache import CacheKey, file_identity, for_model
 from launcher.engines.speculation import CATCH_UP_TOKENS
 from launcher.hardware.machine import Machine
 
+if TYPE_CHECKING:
+    from launcher.catalog.gguf_meta import GgufIdentity
+
 log = logging.getLogger("launcher.engines.llamacpp")
 
 DEFAULT_CONTEXT = 8192  # per sequence, when neither the user nor the advisor chose one
@@ -44,7 +46,6 @@ BATCH_TOKENS = 512  # tokens per llama_decode step: bounds how long one step can
 _ALL_LAYERS = 999
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml_type ids
 _FLASH_ATTN_ENABLED = 1
-_UNQUANTIZED_FILE_TYPES = (0, 1, 32)  # all F32, mostly F16, mostly BF16
 
 
 class LlamaCppEngine:
@@ -75,7 +76,7 @@ class LlamaCppEngine:
     def load(self, model: LocalModel, config: ServeConfig) -> LlamaCppModel:
         """Load the GGUF and start the scheduler; raises ModelError/EngineError with what to change."""
         path = Path(model.path)
-        header = check_gguf_file(path)
+        header = _check_gguf_file(path)
         architecture = header.architecture
         llama_cpp = _native.llama()
         # A GPU pack in the data folder (CUDA, Vulkan) joins the backends first; a missing or
@@ -108,14 +109,27 @@ def _backend_name(system_info: str) -> str:
     return "gpu"
 
 
-def _load_model(llama_cpp: ModuleType, path: Path, header: GgufHeader, config: ServeConfig) -> Any:
+def _check_gguf_file(path: Path) -> GgufIdentity:
+    """The file's architecture, or a clear error for a file that is missing or not a model GGUF: llama.cpp
+    answers every bad file with the same NULL pointer."""
+    if not path.exists():
+        raise ModelNotFoundError(f"Model file not found: {path}. Check the path or pull the model first.")
+    if path.is_dir():
+        raise ModelFormatError(f"{path} is a directory; the llama.cpp engine needs a .gguf file.")
+    # Imported here: `launcher detect` imports this module, and only a load needs the `gguf` package.
+    from launcher.catalog.gguf_meta import read_identity
+
+    return read_identity(path)
+
+
+def _load_model(llama_cpp: ModuleType, path: Path, header: GgufIdentity, config: ServeConfig) -> Any:
     architecture = header.architecture
     params = llama_cpp.llama_model_default_params()
     gpu_layers = config.gpu_layers
     if gpu_layers is None or gpu_layers < 0:
         gpu_layers = _ALL_LAYERS if llama_cpp.llama_supports_gpu_offload() else 0
     params.n_gpu_layers = gpu_layers
-    if header.file_type not in _UNQUANTIZED_FILE_TYPES:  # AMX/repacked buffers only hold quantized weights
+    if header.maybe_quantized:  # AMX/repacked buffers only hold quantized weights
         params.use_extra_bufts = extra_buffer_types_usable(path.resolve())
     _native.clear_log_tail()
     pointer = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
@@ -246,7 +260,7 @@ def _load_draft(
 
     local = resolve_model(config.draft)
     path = Path(local.path)
-    header = check_gguf_file(path)
+    header = _check_gguf_file(path)
     model_pointer = _load_model(llama_cpp, path, header, config)
     try:
         check_same_vocabulary(llama_cpp, vocab, llama_cpp.llama_model_get_vocab(model_pointer), path.name)
