@@ -9,21 +9,18 @@ read back with the app's own parser and verified with the app's own signature ch
   the public key the apps were built with stops the script with a message naming the problem.
 - The names scripts/build-app and packaging/linux/build-appimage give the installers are the ones
   the script recognises; scripts/update-key makes a pair that signs and verifies; scripts/build-app
-  records the update key and feed in build_info.json.
+  (tools/build_app.py) records the update key and feed in build_info.json.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.machinery
-import importlib.util
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -31,6 +28,7 @@ from launcher.core.errors import UpdateError
 from launcher.engines.llamacpp import gpu_packs
 from launcher.updates import publish, signing
 from launcher.updates.feed import FEED_FILE, Feed, parse_feed
+from tools import build_app
 
 ROOT = Path(__file__).resolve().parents[2]
 MAKE_FEED = ROOT / "scripts" / "make-update-feed"
@@ -314,11 +312,12 @@ def test_no_release_files_is_an_error(tmp_path: Path) -> None:
 
 
 def test_the_names_the_builds_give_are_the_names_recognised() -> None:
-    """The installer names are spelled in scripts/build-app and packaging/linux/build-appimage; each
-    must be recognised, for the platform and kind the release table above gives it."""
-    build_app = (ROOT / "scripts" / "build-app").read_text(encoding="utf-8")
+    """The installer names are spelled in scripts/build-app (tools/build_app.py) and
+    packaging/linux/build-appimage; each must be recognised, for the platform and kind the release
+    table above gives it."""
+    build_app_code = (ROOT / "tools" / "build_app.py").read_text(encoding="utf-8")
     appimage = (ROOT / "packaging" / "linux" / "build-appimage").read_text(encoding="utf-8")
-    names = {name.replace("{ver}", VERSION) for name in re.findall(r'DIST / f"(launcher[^"]+)"', build_app)}
+    names = {name.replace("{ver}", VERSION) for name in re.findall(r'DIST / f"(launcher[^"]+)"', build_app_code)}
     made_by_appimage = re.findall(r'dist/(launcher-\$version[^"]+)"', appimage)
     assert len(made_by_appimage) == 1, made_by_appimage
     names.add(made_by_appimage[0].replace("$version", VERSION))  # build-app names it too, to list it
@@ -357,17 +356,7 @@ def test_the_new_scripts_are_executable() -> None:
         assert os.access(script, os.X_OK), script
 
 
-def _build_app() -> ModuleType:
-    loader = importlib.machinery.SourceFileLoader("build_app", str(ROOT / "scripts" / "build-app"))
-    spec = importlib.util.spec_from_loader("build_app", loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
 def test_build_app_records_the_update_key_and_feed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    build_app = _build_app()
     monkeypatch.setattr(build_app, "WORK", tmp_path)
     _, public = signing.new_key()
     assert build_app.update_key_problem(Path(sys.executable), public) is None
@@ -388,5 +377,5 @@ def test_build_app_records_the_update_key_and_feed(tmp_path: Path, monkeypatch: 
 
 
 def test_build_app_refuses_a_key_the_app_could_not_read() -> None:
-    problem = _build_app().update_key_problem(Path(sys.executable), "c2hvcnQ=")
+    problem = build_app.update_key_problem(Path(sys.executable), "c2hvcnQ=")
     assert problem is not None and "32" in problem

@@ -1,4 +1,4 @@
-"""The figures and the verdict of `scripts/soak agents` (scripts/soak_agents.py runs the soak).
+"""The figures and the verdict of `scripts/soak agents` (tools/soak_agents.py runs the soak).
 
 "Nothing grows without bound" is judged on the main server: the last window's samples (RSS, open
 fds, threads) against the first window's after the warm-up, each window `--window` seconds (or a

@@ -40,9 +40,9 @@ import openai
 
 from launcher.bench.servers import ServerProcess, launcher_serve
 from launcher.core.child_process import launcher_command
-from scripts.soak_agents_report import build_report, print_table
 from tests.agents.clis import AgentCli, clean_env, connect, install, missing_tools, wanted
 from tests.agents.headless import HEADLESS
+from tools.soak_agents_report import build_report, print_table
 
 AGENT_IDS = ("claude-code", "codex", "opencode", "aider")
 PLAIN_PROMPT = "Reply with the single word: hello"
