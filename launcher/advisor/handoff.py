@@ -32,7 +32,6 @@ DEFAULT_SEQUENCES = 4
 FP8_COMPUTE = (8, 9)  # Ada and Hopper: FP8 tensor cores
 MIN_COMPUTE = (7, 0)  # the oldest GPUs vLLM's CUDA build supports (Volta)
 DEFAULT_PORT = 8000
-SGLANG_DIST_PORT = 5000  # where SGLang's nodes meet on the head (--dist-init-addr HEAD:PORT)
 
 
 @dataclass(frozen=True)
@@ -58,6 +57,11 @@ class Deployment:
     def context(self) -> int:
         """--max-model-len / --context-length."""
         return self.sizing.context
+
+    @property
+    def server_ranks(self) -> range:
+        """The nodes that run the engine's server: each of them, or only the head (rank 0)."""
+        return range(self.nodes) if self.engine.server_per_node else range(1)
 
     @property
     def kv_cache_dtype(self) -> str | None:
@@ -86,11 +90,8 @@ class Deployment:
             args += ["--tool-call-parser", self.tool_parser]
         if self.reasoning_parser:
             args += ["--reasoning-parser", self.reasoning_parser]
-        if self.nodes > 1 and e.name == "vllm":
-            args += ["--distributed-executor-backend", "ray"]  # the Ray cluster the nodes joined
-        if self.nodes > 1 and e.name == "sglang":
-            args += ["--nnodes", str(self.nodes), "--node-rank", str(node_rank)]
-            args += ["--dist-init-addr", f"{head}:{SGLANG_DIST_PORT}"]
+        if self.nodes > 1:
+            args += e.node_flags(self.nodes, node_rank, head)
         return [*args, "--api-key", self.api_key if api_key is None else api_key]
 
 
@@ -170,7 +171,7 @@ def plan_handoff(
     """
     engine = HANDOFF_ENGINES.get(engine_name)
     if engine is None:
-        raise ConfigError(f"unknown engine {engine_name!r}: vllm or sglang")
+        raise ConfigError(f"unknown engine {engine_name!r}: {' or '.join(HANDOFF_ENGINES)}")
     if nodes is not None and not 1 <= nodes <= MAX_NODES:
         raise ConfigError(f"--nodes must be 1..{MAX_NODES}")
     if sequences < 1:

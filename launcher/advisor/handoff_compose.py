@@ -48,7 +48,7 @@ def shell_steps(d: Deployment) -> list[tuple[str, str]]:
     serve = shell_command(engine_command(d))
     if d.nodes == 1:
         return [("on the GPU machine", serve)]
-    if d.engine.name == "vllm":
+    if not d.engine.server_per_node:
         return [
             ("on the head node", f"ray start --head --port={RAY_PORT}"),
             (f"on each of the other {d.nodes - 1} node(s)", f'ray start --address="{HEAD_REF}:{RAY_PORT}" --block'),
@@ -59,7 +59,7 @@ def shell_steps(d: Deployment) -> list[tuple[str, str]]:
             f"on node {rank}" + (" (the head: it serves the API)" if rank == 0 else ""),
             shell_command(engine_command(d, rank)),
         )
-        for rank in range(d.nodes)
+        for rank in d.server_ranks
     ]
 
 
@@ -90,7 +90,7 @@ def compose_services(d: Deployment) -> dict[str, dict[str, Any]]:
     name = d.engine.name
     if d.nodes == 1:
         return {name: _service(d, list(d.engine.program), d.arguments(api_key=KEY_REF), host_network=False)}
-    if name == "vllm":
+    if not d.engine.server_per_node:
         serve = " ".join(shell_word(w) for w in engine_command(d))
         return {
             "ray-head": _service(
@@ -104,7 +104,7 @@ def compose_services(d: Deployment) -> dict[str, dict[str, Any]]:
         f"{name}-node{rank}": _service(
             d, list(d.engine.program), d.arguments(rank, api_key=KEY_REF, head=HEAD_REF), host_network=True
         )
-        for rank in range(d.nodes)
+        for rank in d.server_ranks
     }
 
 
@@ -117,7 +117,7 @@ def compose_yaml(d: Deployment) -> str:
     ]
     if d.nodes == 1:
         header.append("# Start: docker compose up -d")
-    elif d.engine.name == "vllm":
+    elif not d.engine.server_per_node:
         header += [
             "# Start: docker compose up -d ray-head on the head node, then docker compose up -d ray-worker on",
             f"# each of the other {d.nodes - 1} node(s): the same compose.yaml and .env everywhere, HEAD_ADDRESS set",

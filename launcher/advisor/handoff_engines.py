@@ -15,6 +15,11 @@ from launcher.catalog.schema import CatalogModel
 
 HandoffEngineName = Literal["vllm", "sglang"]
 
+MultiNode = Literal["ray", "ranks"]
+"""How a deployment spans several nodes. "ray": the nodes join a Ray cluster started on the head, and one
+server on the head runs over all of them; "ranks": every node runs the server with its rank, the nodes
+meet on the head, and the head serves the API."""
+
 
 @dataclass(frozen=True)
 class HandoffEngine:
@@ -36,7 +41,19 @@ class HandoffEngine:
     tool_parsers: dict[str, str]  # catalog family (or catalog id) -> parser name
     reasoning_parsers: dict[str, str]
     auto_tool_choice: bool  # tool calls need --enable-auto-tool-choice besides the parser
+    help_args: tuple[str, ...]  # the words after the program that print every flag (`launcher handoff --check`)
+    multi_node: MultiNode
+    multi_node_flags: tuple[str, ...]  # on each server's command over several nodes: {nodes}, {rank}, {head} filled in
     family_flags: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def server_per_node(self) -> bool:
+        """Whether each node runs the engine's server (with its rank), not one server on the head."""
+        return self.multi_node == "ranks"
+
+    def node_flags(self, nodes: int, rank: int, head: str) -> list[str]:
+        """The flags that make the server on node `rank` one of `nodes`, meeting at `head`."""
+        return [word.format(nodes=nodes, rank=rank, head=head) for word in self.multi_node_flags]
 
     def tool_parser(self, model: CatalogModel) -> str | None:
         """The tool-call parser for this model: by catalog id first (Qwen3-Coder's XML calls), then family."""
@@ -73,6 +90,9 @@ VLLM = HandoffEngine(
     },
     reasoning_parsers={"qwen3": "qwen3", "gpt-oss": "openai_gptoss"},
     auto_tool_choice=True,
+    help_args=("serve", "--help=all"),  # vLLM folds most flags into sections behind --help=all
+    multi_node="ray",
+    multi_node_flags=("--distributed-executor-backend", "ray"),  # the Ray cluster the nodes joined
     # Mistral's own repos ship tekken.json and consolidated weights; the model cards serve them in that format.
     family_flags={
         "mistral": ("--tokenizer-mode", "mistral", "--config-format", "mistral", "--load-format", "mistral"),
@@ -103,6 +123,10 @@ SGLANG = HandoffEngine(
     },
     reasoning_parsers={"qwen3": "qwen3", "gpt-oss": "gpt-oss"},
     auto_tool_choice=False,  # SGLang turns tool calls on with --tool-call-parser alone
+    help_args=("serve", "--help"),
+    multi_node="ranks",
+    # The nodes meet on the head at port 5000 (--dist-init-addr HEAD:PORT).
+    multi_node_flags=("--nnodes", "{nodes}", "--node-rank", "{rank}", "--dist-init-addr", "{head}:5000"),
 )
 
 HANDOFF_ENGINES: dict[str, HandoffEngine] = {VLLM.name: VLLM, SGLANG.name: SGLANG}

@@ -21,9 +21,6 @@ from launcher.advisor.handoff_engines import HANDOFF_ENGINES
 from launcher.advisor.handoff_sizing import MAX_NODES, Node
 from launcher.core.errors import ConfigError, EngineUnavailableError
 
-# The help that lists every flag: vLLM folds most of them into sections behind --help=all.
-HELP_ARGS = {"vllm": ["serve", "--help=all"], "sglang": ["serve", "--help"]}
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags for `launcher handoff`."""
@@ -117,7 +114,7 @@ def deployment_json(d: Deployment) -> dict[str, Any]:
             "kv_cache": s.room,
             "full_length_requests": s.full_sequences,
         },
-        "commands": [engine_command(d, rank) for rank in range(d.nodes if d.engine.name == "sglang" else 1)],
+        "commands": [engine_command(d, rank) for rank in d.server_ranks],
         "reasons": list(d.reasons),
     }
 
@@ -132,17 +129,12 @@ def check_installed(d: Deployment) -> list[str]:
             f"--check: {d.engine.label} is not installed here ({d.engine.program[0]} is not on PATH); "
             "run it where the engine is installed"
         )
-    done = subprocess.run(
-        [program, *HELP_ARGS[d.engine.name]], capture_output=True, text=True, timeout=300, check=False
-    )
+    done = subprocess.run([program, *d.engine.help_args], capture_output=True, text=True, timeout=300, check=False)
     flags = parse_help(done.stdout)
     if not flags.flags:
         said = (done.stderr.strip().splitlines() or ["nothing on stderr"])[-1]
-        raise EngineUnavailableError(
-            f"--check: `{program} {' '.join(HELP_ARGS[d.engine.name])}` printed no flags ({said})"
-        )
-    ranks = range(d.nodes) if d.engine.name == "sglang" else range(1)
-    return [problem for rank in ranks for problem in check_argv(flags, d.arguments(rank, api_key=KEY_REF))]
+        raise EngineUnavailableError(f"--check: `{program} {' '.join(d.engine.help_args)}` printed no flags ({said})")
+    return [problem for rank in d.server_ranks for problem in check_argv(flags, d.arguments(rank, api_key=KEY_REF))]
 
 
 def _write(out: Path, d: Deployment) -> list[Path]:
