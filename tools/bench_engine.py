@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import statistics
 import sys
 import time
 from pathlib import Path
 
 from launcher.core.config import ServeConfig
-from launcher.engines.base import GenerationRequest, LocalModel, SamplingParams
+from launcher.core.model_types import LocalModel
+from launcher.engines.base import GenerationRequest, SamplingParams
 from launcher.engines.llamacpp.engine import LlamaCppEngine
 from launcher.engines.llamacpp.model import LlamaCppModel
 
@@ -51,7 +53,7 @@ def bench_llama_cpp_python(path: Path, threads: int, tokens: int) -> float:
             return params
 
         llama_cpp.llama_model_default_params = without_extra_buffers
-        llama_cpp.llama.llama_cpp.llama_model_default_params = without_extra_buffers
+        llama_cpp.llama_cpp.llama_model_default_params = without_extra_buffers  # what llama_cpp.llama calls
     llm = llama_cpp.Llama(str(path), n_threads=threads, n_threads_batch=threads, n_ctx=2048, verbose=False)
     stamps: list[float] = []
     for _chunk in llm.create_completion(PROMPT, max_tokens=tokens, temperature=0.0, stream=True):
@@ -120,7 +122,8 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=4)
     parser.add_argument("--skip-baseline", action="store_true")
     args = parser.parse_args()
-    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[attr-defined]
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)
     path = args.model or starter_path()
     print(f"model {path.name}, threads {args.threads}, {args.tokens} tokens per stream")
     if not args.skip_baseline:

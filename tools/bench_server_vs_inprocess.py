@@ -61,7 +61,7 @@ def measure_inprocess(model: Path, threads: int, context: int, max_tokens: int, 
         eos[token] = float("-inf")
     results = []
     for run in range(runs + 1):  # first run warms up
-        llm.reset()
+        llm.reset()  # type: ignore[no-untyped-call]
         start = time.perf_counter()
         stamps = []
         for _chunk in llm.create_completion(

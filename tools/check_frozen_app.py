@@ -354,15 +354,19 @@ def start_app(program: Path, env: dict[str, str], log: Path) -> tuple[subprocess
     started = time.monotonic()
     with log.open("ab") as out:
         app = subprocess.Popen([str(program)], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=env["HOME"])
-    window = wait_for(
-        "the app's window", lambda: (app.poll() is None and app_window(app.pid)) or _died(app, log), 120, 0.05
-    )
+    window: str = wait_for("the app's window", lambda: _window_unless_died(app, log), 120, 0.05)
     return app, time.monotonic() - started, window
 
 
 def _died(app: subprocess.Popen[bytes], log: Path, when: str = "before its window showed") -> None:
     if app.poll() is not None:
         raise CheckFailed(f"the app exited with code {app.returncode} {when}:\n{_log_tail(log)}")
+
+
+def _window_unless_died(app: subprocess.Popen[bytes], log: Path, when: str = "before its window showed") -> str | None:
+    """The app's window once it shows; CheckFailed (with the log's tail) if the app has exited."""
+    _died(app, log, when)
+    return app_window(app.pid)
 
 
 def _log_tail(log: Path) -> str:
@@ -374,7 +378,7 @@ def take_screenshot(app: subprocess.Popen[bytes], log: Path, window: str, path: 
     may have re-created it), and `import` runs under a timeout: given a window that is gone, it falls
     back to waiting for a mouse click that never comes on Xvfb, and a CI run once hung there."""
     _died(app, log, "before the screenshot")
-    current = wait_for("the app's window", lambda: app_window(app.pid) or _died(app, log, "before the screenshot"), 10)
+    current: str = wait_for("the app's window", lambda: _window_unless_died(app, log, "before the screenshot"), 10)
     if current != window:
         step(f"the app's window is now {current} (was {window})")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -404,7 +408,10 @@ def run(args: argparse.Namespace) -> None:
     with tarfile.open(tarball) as archive:
         # the "tar" filter (keep symlinks and modes, refuse paths outside the folder) where this
         # Python has extraction filters (3.11.4+)
-        archive.extractall(work / "app", **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
+        if hasattr(tarfile, "tar_filter"):
+            archive.extractall(work / "app", filter="tar")
+        else:
+            archive.extractall(work / "app")
     (folder,) = (work / "app").iterdir()
     program = folder / "launcher"
     home = work / "home"
@@ -413,10 +420,12 @@ def run(args: argparse.Namespace) -> None:
     size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
     step(f"unpacked: {size / 2**20:.0f} MiB")
     glibc, needed_by = newest_glibc_needed(folder)
-    found = ".".join(map(str, glibc))
+    newest = ".".join(map(str, glibc))
     if glibc > OLDEST_GLIBC:
-        raise CheckFailed(f"{needed_by} needs glibc {found}, newer than the {OLDEST_GLIBC} the README promises")
-    step(f"the newest glibc any bundled library needs: {found} ({needed_by.relative_to(folder) if needed_by else '-'})")
+        raise CheckFailed(f"{needed_by} needs glibc {newest}, newer than the {OLDEST_GLIBC} the README promises")
+    step(
+        f"the newest glibc any bundled library needs: {newest} ({needed_by.relative_to(folder) if needed_by else '-'})"
+    )
 
     xvfb = bus_daemon = atspi = app = None
     try:
@@ -442,15 +451,16 @@ def run(args: argparse.Namespace) -> None:
 
         # -- first run: serve, query, screenshot, close --------------------------------------
         step(f"starting {program.relative_to(work)} (fresh HOME, no Python on PATH)")
-        app, to_window, window = start_app(program, env, log)
+        first, to_window, window = start_app(program, env, log)
+        app = first  # ended in `finally` whatever fails from here
         step(f"window on screen {to_window:.2f} s after start (window {window})")
-        select_starter_and_serve(app.pid)
+        select_starter_and_serve(first.pid)
         clicked = time.monotonic()
         server = wait_for(
-            "the server child", lambda: [p for p in children_of(app.pid) if p in processes_under(folder)], 30
+            "the server child", lambda: [p for p in children_of(first.pid) if p in processes_under(folder)], 30
         )
         step(f"server child started: pid {server[0]} ({Path(f'/proc/{server[0]}/exe').resolve().name} serve)")
-        base, listing = wait_for("the endpoint the window shows to answer", lambda: serving(app.pid), 300, 0.5)
+        base, listing = wait_for("the endpoint the window shows to answer", lambda: serving(first.pid), 300, 0.5)
         step(f"the window shows the server at {base}/v1")
         model = listing["data"][0]["id"]
         step(f"GET /v1/models: {[m['id'] for m in listing['data']]} ({time.monotonic() - clicked:.1f} s after Serve)")
@@ -466,13 +476,13 @@ def run(args: argparse.Namespace) -> None:
             f"{time.monotonic() - asked:.2f} s, finish {reply['choices'][0]['finish_reason']!r}: {text!r}"
         )
         time.sleep(2)  # the gauges poll /metrics every second: let them show the request
-        window = take_screenshot(app, log, window, Path(args.screenshot))
+        window = take_screenshot(first, log, window, Path(args.screenshot))
         close_window(window)
         closed = time.monotonic()
-        code = wait_for("the app to exit", lambda: app.poll() is not None, 30)
-        step(f"window closed: the app exited with code {app.returncode} after {time.monotonic() - closed:.2f} s")
-        if code and app.returncode != 0:
-            raise CheckFailed(f"the app exited with code {app.returncode}")
+        code = wait_for("the app to exit", lambda: first.poll() is not None, 30)
+        step(f"window closed: the app exited with code {first.returncode} after {time.monotonic() - closed:.2f} s")
+        if code and first.returncode != 0:
+            raise CheckFailed(f"the app exited with code {first.returncode}")
         left = processes_under(folder)
         if left:
             raise CheckFailed(f"processes from the bundle are still running after the app quit: {left}")
@@ -480,14 +490,15 @@ def run(args: argparse.Namespace) -> None:
 
         # -- second run: the app is killed, the server must follow ----------------------------
         if not args.skip_kill:
-            app, to_window, window = start_app(program, env, log)
+            second, to_window, window = start_app(program, env, log)
+            app = second
             step(f"second start: window on screen {to_window:.2f} s after start (warm: starter already assembled)")
-            select_starter_and_serve(app.pid)
-            wait_for("the server", lambda: serving(app.pid), 300, 0.5)
-            server_pids = [p for p in processes_under(folder) if p != app.pid]
+            select_starter_and_serve(second.pid)
+            wait_for("the server", lambda: serving(second.pid), 300, 0.5)
+            server_pids = [p for p in processes_under(folder) if p != second.pid]
             step(f"server up (pid {server_pids}); killing the app with SIGKILL")
-            os.kill(app.pid, signal.SIGKILL)
-            app.wait(10)
+            os.kill(second.pid, signal.SIGKILL)
+            second.wait(10)
             killed = time.monotonic()
             wait_for("the server to end with the app", lambda: not processes_under(folder), 20)
             step(f"the server ended {time.monotonic() - killed:.2f} s after the app was killed")
