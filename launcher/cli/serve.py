@@ -19,7 +19,7 @@ import types
 import typing
 from typing import Any, get_args, get_origin
 
-from launcher.core.config import AUTO_ENGINE, CHILD_ENGINES, ServeConfig
+from launcher.core.config import AUTO_ENGINE, ServeConfig
 from launcher.engine_specs import names as engine_names
 
 _SKIP = {"model", "presets"}
@@ -72,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         flag = "--" + name.replace("_", "-")
         kind, choices, is_list = _flag_type(field.annotation)
         if name == "engine":
-            choices = [AUTO_ENGINE, *engine_names(), *CHILD_ENGINES]
+            choices = [AUTO_ENGINE, *engine_names()]  # the registry's: plug-ins and child engines too
         help_text = field.description or ""
         if field.default is not None and not is_list:
             help_text += f" [default: {field.default}]"

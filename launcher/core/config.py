@@ -29,10 +29,6 @@ DEFAULT_SWA_CHECKPOINT_MB = 1024
 AUTO_ENGINE = "auto"
 """`engine` for "the advisor's choice"; any other value names an engine in `launcher.engine_specs`."""
 
-CHILD_ENGINES = ("vllm", "sglang")
-"""Engines `launcher serve` runs as a supervised child server behind its own endpoint, not in-process
-(launcher/engines/child_server.py): the datacenter engines, with their own OpenAI-compatible servers."""
-
 
 SpeculativeMode = Literal["auto", "off", "ngram", "draft"]
 """How an engine may speculate (launcher/engines/speculation.py): auto (n-gram drafts where the sequence's
@@ -167,8 +163,9 @@ class ServeConfig(BaseModel):
 
     # Serving several models (see launcher/server/model_pool.py): the library, presets, limits.
     # On by default, as LM Studio and Ollama load by name: a request naming a library model loads it
-    # beside MODEL (or the starter) instead of being answered by it. Beside a vLLM/SGLang child it is
-    # off (`serves_library`): those engines run their one model, and the library's would need another.
+    # beside MODEL (or the starter) instead of being answered by it. Beside an engine that runs as a
+    # child server it is off (the server's `serves_library`): such an engine runs its one model, and the
+    # library's would need another.
     library: bool = Field(
         True,
         description="serve every model of the local library by its name too, each loaded on its first request "
@@ -207,17 +204,6 @@ class ServeConfig(BaseModel):
     def memory_budget_bytes(self) -> int | None:
         """--memory-budget in bytes."""
         return parse_bytes(self.memory_budget) if self.memory_budget else None
-
-    @property
-    def serves_library(self) -> bool:
-        """True when the local library's models load by name on request (`library`, with an engine that
-        runs in this process: a vLLM or SGLang child serves its one model)."""
-        return self.library and self.engine not in CHILD_ENGINES
-
-    @property
-    def serves_many(self) -> bool:
-        """True when models may load by name on request (the library or presets), not one model alone."""
-        return self.serves_library or bool(self.presets)
 
     @field_validator("alias", mode="before")
     @classmethod

@@ -12,6 +12,10 @@ through the `launcher.engines` entry-point group, pointing at an `EngineSpec`:
 
     [project.entry-points."launcher.engines"]
     myengine = "my_package.spec:SPEC"
+
+An engine that brings its own OpenAI-compatible server runs as a child process (`runs_as="child"`):
+its spec's `child` (engine_specs/child.py) says how to launch it, and it is usable where its program
+is found here.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Literal
 
 from launcher.core.errors import EngineUnavailableError
 from launcher.core.paths import is_frozen
+from launcher.engine_specs.child import ChildLaunch
 from launcher.engine_specs.preference import Prefer, never
 from launcher.hardware.machine import Machine
 
@@ -39,8 +44,11 @@ BUILTIN_SPECS: tuple[str, ...] = (
     "launcher.engines.mlx.spec:SPEC",
     "launcher.engines.exllamav3.spec:SPEC",
     "launcher.engines.exllamav2.spec:SPEC",
+    "launcher.engines.vllm.spec:SPEC",
+    "launcher.engines.sglang.spec:SPEC",
 )
-"""The engines that ship with the launcher, in the order they are listed and preferred for a format."""
+"""The engines that ship with the launcher, in the order they are listed and preferred for a format:
+the in-process ones, then those that run as a child server."""
 
 SlidingCache = Literal["window", "llamacpp", "full"]
 """How an engine sizes the KV cache of sliding-window layers (the advisor's fit counts it):
@@ -99,11 +107,19 @@ class EngineSpec:
     suits: Callable[[Machine], bool] = field(default=lambda machine: True)  # is it worth proposing here?
     runs_as: RunsAs = "in_process"
     prefer: Prefer = never  # how it ranks itself for a machine and a model (engine_specs/preference.py)
+    child: ChildLaunch | None = None  # how to launch it, for an engine that runs as a child
+
+    def __post_init__(self) -> None:
+        if (self.runs_as == "child") != (self.child is not None):
+            raise ValueError(f"engine {self.name}: runs_as={self.runs_as!r} needs `child` exactly when it is 'child'")
 
     @property
     def install_hint(self) -> str:
         """How to get the runtime, as this copy of the launcher was installed: the double-click app
-        has no pip, and its engines are the ones it was built with."""
+        has no pip, and its engines are the ones it was built with. A child engine is installed on
+        its own, beside any launcher."""
+        if self.child is not None:
+            return self.child.install
         if is_frozen():
             return (
                 f"this app does not carry {self.label}; run the launcher from its Python package for it "
@@ -112,7 +128,15 @@ class EngineSpec:
         return f"pip install 'launcher[{self.pip_extra}]'"
 
     def installed_version(self) -> str | None:
-        """The runtime's version when it is installed (found without importing it), else None."""
+        """The runtime's version when it is installed (found without importing it), else None. A child
+        engine is installed when its program is found here."""
+        if self.child is not None:
+            if self.child.program() is None:
+                return None
+            try:
+                return importlib.metadata.version(self.distribution)
+            except (importlib.metadata.PackageNotFoundError, ValueError):
+                return "unknown"  # its own command on PATH, from a venv of its own
         try:
             if importlib.util.find_spec(self.runtime_module) is None:
                 return None
@@ -134,6 +158,9 @@ class EngineSpec:
         version = self.installed_version()
         if version is None:
             return Availability(usable=False, reason=f"not installed: {self.install_hint}")
+        if self.child is not None:  # which program runs it says which copy (PATH or this Python)
+            program = " ".join(self.child.program() or ())
+            return Availability(usable=True, reason=f"{self.distribution} {version}: {program}", version=version)
         return Availability(usable=True, reason=f"{self.distribution} {version}", version=version)
 
 

@@ -2,7 +2,9 @@
 
 The spec registry says which engines exist and what they run; this module is the only place
 that turns a spec's `factory` into an `Engine` object, and the only one that asks an engine's
-runtime whether it works here (`probe`), past the spec's cheap checks.
+runtime whether it works here (`probe`), past the spec's cheap checks. An engine that runs as a
+child process (`runs_as="child"`) is built as a `ChildEngine` of its spec (`child`): it has no runtime
+in this process, and its availability is the spec's (its program is found here).
 """
 
 from __future__ import annotations
@@ -13,12 +15,33 @@ from importlib import import_module
 from launcher.core.errors import EngineUnavailableError
 from launcher.engine_specs import Availability, get_spec, specs
 from launcher.engines.base import Engine
+from launcher.engines.child.engine import ChildEngine
 from launcher.hardware.machine import Machine
 
 
-def get(name: str) -> Engine:
-    """Instantiate the engine called `name` (raises EngineUnavailableError for an unknown name)."""
+def runs_as_child(name: str) -> bool:
+    """True when the engine called `name` runs as a child server (False for an unknown name: whoever
+    plans it says it is unknown, with the known ones)."""
+    try:
+        return get_spec(name).runs_as == "child"
+    except EngineUnavailableError:
+        return False
+
+
+def child(name: str) -> ChildEngine:
+    """The engine called `name`, which runs as a child server."""
     spec = get_spec(name)
+    if spec.runs_as != "child":
+        raise EngineUnavailableError(f"{spec.label} runs in the launcher's process, not as a child server")
+    return ChildEngine(spec)
+
+
+def get(name: str) -> Engine:
+    """Instantiate the engine called `name` (raises EngineUnavailableError for an unknown name, and for
+    one that runs as a child server: see `child`)."""
+    spec = get_spec(name)
+    if spec.runs_as == "child":
+        raise EngineUnavailableError(f"{spec.label} runs as a child server; the launcher does not load it itself")
     module_name, _, attribute = spec.factory.partition(":")
     try:
         engine_class = getattr(import_module(module_name), attribute)
@@ -33,7 +56,7 @@ def probe(name: str, machine: Machine) -> Availability:
     runtime's own (build, backend). Never raises: an adapter that fails is reported."""
     spec = get_spec(name)
     cheap = spec.availability(machine)
-    if not cheap.usable:
+    if not cheap.usable or spec.runs_as == "child":
         return cheap
     try:
         return get(name).availability(machine)

@@ -20,6 +20,11 @@ unloaded when idle or when a newer request needs the room.
 
 Loads and unloads run one at a time (`_memory_lock`), so two loads never both count the same
 free memory. All bookkeeping happens on the event loop; engines load and close on threads.
+
+A model an engine serves as a child server (`--engine vllm`, a plug-in's) is loaded here too
+(`load_child`: the child starts, and the load ends when it answers /health) and closed with the pool
+(the child stops); its requests go to it as to an upstream (`ModelEntry.remote`), and it takes none of
+this server's memory.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
 
@@ -65,6 +71,13 @@ class PreparedLoad:
     load: Callable[[], LoadedModel]
 
 
+class Closable(Protocol):
+    """What a child engine's load leaves running: closing it stops the child."""
+
+    def close(self) -> None:
+        """Stop it and free what it holds."""
+
+
 Prepare = Callable[[ModelEntry], PreparedLoad]
 """Plans a load (runs on a worker thread: it may probe the machine and read the model's header)."""
 Refresh = Callable[[str], Awaitable[list[ModelEntry]]]
@@ -90,6 +103,7 @@ class ModelPool:
         self.budget_bytes = budget_bytes
         self.max_models = max_models
         self.slots: dict[str, ModelSlot] = {}
+        self.children: dict[str, Closable] = {}  # the models child engines serve, running
         self.errors: dict[str, LauncherError] = {}  # the last failed load of each name, until one succeeds
         self.load_counts: Counter[str] = Counter()  # loads per name: a model reloaded often wants a longer TTL
         self._prepare = prepare
@@ -214,6 +228,20 @@ class ModelPool:
                 raise _load_error(entry.name, error) from err
         log.info("loaded %s with %s in %.1f s", entry.name, slot.engine_name, slot.load_seconds)
         return slot
+
+    async def load_child(self, entry: ModelEntry, start: Callable[[], Closable]) -> None:
+        """Load `entry`, a model a child engine serves: `start` starts the child and returns once it answers
+        (on a thread: it blocks); a failure is kept as a failed load's is, and raised."""
+        self.load_counts[entry.name] += 1
+        started = time.monotonic()
+        try:
+            child = await anyio.to_thread.run_sync(start)
+        except LauncherError as err:
+            self.errors[entry.name] = err
+            raise
+        self.children[entry.name] = child
+        self.errors.pop(entry.name, None)
+        log.info("%s answers, served by its child engine (started in %.1f s)", entry.name, time.monotonic() - started)
 
     async def _plan_beside_loaded(self, entry: ModelEntry) -> PreparedLoad:
         """The plan for `entry`, after unloading idle models until it fits beside the rest."""
@@ -366,6 +394,10 @@ class ModelPool:
         for slot in slots:
             with suppress(Exception):
                 slot.model.close()
+        children, self.children = list(self.children.values()), {}
+        for child in children:
+            with suppress(Exception):
+                child.close()
 
 
 def remote_only_chat(entry: ModelEntry) -> ApiError:

@@ -1,5 +1,5 @@
 """The upstream servers one server passes requests to: the registered remotes (`launcher remote add`)
-and a vLLM or SGLang child it started, with the models they list under this server's names.
+and a child engine it started (launcher/engines/child/), with the models they list under this server's names.
 
 The server does not wait for its remotes: their model lists are asked for in the background
 (`keep_listing`, at the start and every LIST_EVERY_S; a remote that is down is warned about once,
@@ -84,7 +84,7 @@ class Remotes:
         self._starting: set[asyncio.Task[RemoteChat]] = set()  # chat requests waiting for their answer to start
         self._stopping = False
         self._background: set[asyncio.Task[None]] = set()
-        self._learn(models or [])  # given: a vLLM or SGLang child's model, known without asking
+        self._learn(models or [])  # given: a child engine's model, known without asking
 
     def _learn(self, models: list[RemoteModel]) -> list[RemoteModel]:
         """Note `models` as listed by their upstreams; returns the ones not known before."""

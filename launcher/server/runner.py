@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.core.config import CHILD_ENGINES, ServeConfig
+from launcher.core.config import AUTO_ENGINE, ServeConfig
 from launcher.core.errors import ConfigError, LauncherError, ServerError
 from launcher.core.server_records import ERROR_PREFIX, READY_PREFIX, record_server, remove_record
 from launcher.server.library_models import LibraryModels, file_key, library_models
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import uvicorn
     from starlette.applications import Starlette
 
-    from launcher.engines.child_server import ChildServer
+    from launcher.engines.child.engine import ChildPlan
     from launcher.hardware.machine import Machine
     from launcher.server.state import ServerState
 
@@ -107,6 +107,24 @@ def uvicorn_server(app: Starlette, config: ServeConfig, **overrides: Any) -> uvi
     return DrainingServer(uvicorn.Config(app, **(settings | overrides)))
 
 
+def runs_as_child(config: ServeConfig) -> bool:
+    """True when `config` names an engine that runs as a child server (the registry says)."""
+    from launcher.engines.registry import runs_as_child as named_engine_runs_as_child
+
+    return config.engine != AUTO_ENGINE and named_engine_runs_as_child(config.engine)
+
+
+def serves_library(config: ServeConfig) -> bool:
+    """True when the local library's models load by name on request: `library`, beside an engine that runs
+    in this process (one that runs as a child server serves its one model; the library's would need another)."""
+    return config.library and not runs_as_child(config)
+
+
+def serves_many(config: ServeConfig) -> bool:
+    """True when models may load by name on request (the library or presets), not one model alone."""
+    return serves_library(config) or bool(config.presets)
+
+
 def _free_memory(machine: Machine) -> int:
     """What the machine has free for models now: RAM, plus the discrete GPUs' free memory (a Mac's
     GPU shares the RAM). The default memory budget, taken once at the start, before any load."""
@@ -119,7 +137,7 @@ def _pool_for(
 ) -> ModelPool:
     """The pool of a real server: loads planned by the advisor on the machine as it is at each load,
     the MODEL argument's (already planned by `serve`) first; `served_remote` is the MODEL argument
-    when an upstream serves it (a remote's `NAME/model`, a vLLM child's model)."""
+    when an upstream serves it (a remote's `NAME/model`, a child engine's model)."""
     from launcher.engines import registry
     from launcher.hardware.probe import probe_machine
 
@@ -136,7 +154,7 @@ def _pool_for(
         return [library_entry(config, name) for name in library_models(served_files).names]
 
     startup = first.model.name if first is not None else served_remote
-    library = library_models(served_files) if config.serves_library else LibraryModels()
+    library = library_models(served_files) if serves_library(config) else LibraryModels()
     served_as = (config.model,) if config.model else ()
     names = server_names(config, startup, library.names, served_as, remotes, library.same_files)
     planned = {startup: first} if first is not None and startup is not None else {}
@@ -153,7 +171,7 @@ def _pool_for(
         )
 
     budget = config.memory_budget_bytes
-    if budget is None and config.serves_many:
+    if budget is None and serves_many(config):
         budget = _free_memory(probe_machine())
     return ModelPool(
         names,
@@ -161,24 +179,25 @@ def _pool_for(
         metrics,
         budget_bytes=budget,
         max_models=config.max_models,
-        rescan=rescan_library if config.serves_library else None,
+        rescan=rescan_library if serves_library(config) else None,
         refresh=lambda requested: remotes.refresh(requested, config),
     )
 
 
-def _remotes(config: ServeConfig, child: ChildServer | None) -> tuple[Remotes, str | None]:
+def _remotes(config: ServeConfig, planned: ChildPlan | None) -> tuple[Remotes, str | None]:
     """The registered remotes (their models are listed in the background once the server runs: a
-    remote never holds the start; warnings go to stderr), the vLLM or SGLang child's model, and
-    which of them the MODEL argument names (None: a local model, or none)."""
+    remote never holds the start; warnings go to stderr), the child engine's model, and which of
+    them the MODEL argument names (None: a local model, or none)."""
     upstreams, warnings = registered_upstreams()
     for warning in warnings:
         _warn(warning)
     models: list[RemoteModel] = []
     served: str | None = None
-    if child is not None:
+    if planned is not None:  # the child engine: an upstream whose model is known before it answers
+        child = planned.child
         upstream = Upstream(child.engine, child.base_url, child.api_key, engine=child.engine)
         upstreams.append(upstream)
-        models.append(RemoteModel(upstream, child.served_name, config.context))
+        models.append(RemoteModel(upstream, child.served_name, planned.context))
         served = child.served_name
     remotes = Remotes(upstreams, models)
     if served is None and config.model and remotes.named(config.model) is not None:
@@ -190,21 +209,15 @@ def _warn(warning: str) -> None:
     print(f"warning: {warning}", file=sys.stderr, flush=True)
 
 
-def _start_child(config: ServeConfig) -> ChildServer | None:
-    """`--engine vllm|sglang`: the engine's own server as a child (None for in-process engines)."""
-    if config.engine not in CHILD_ENGINES:
+def _plan_child(config: ServeConfig) -> ChildPlan | None:
+    """An engine that runs as a child server (`--engine vllm`, a plug-in's): its port, key and command,
+    decided before the server binds (None for an engine that runs in this process). The model pool
+    starts it (its load)."""
+    if not runs_as_child(config):
         return None
-    from launcher.engines.child_server import start_child
+    from launcher.engines.registry import child
 
-    if not config.model:
-        raise ConfigError(f"--engine {config.engine} needs the model to serve: a catalog id, a Hub repo or a folder.")
-    child = start_child(config.engine, config.model, served_name=config.served_name, context=config.context)
-    print(
-        f"Starting {config.engine} for {child.served_name} on {child.base_url} (its output follows, prefixed)...",
-        file=sys.stderr,
-        flush=True,
-    )
-    return child
+    return child(config.engine).plan(config)
 
 
 def serve(config: ServeConfig) -> int:
@@ -213,8 +226,9 @@ def serve(config: ServeConfig) -> int:
     MODEL (the starter when neither it nor a preset is given) is loaded at the start and answers the
     names nothing else matches; the library's other models (unless `--no-library`) and the presets
     load by name on request. The registered remotes' models are
-    served as `NAME/model` (server/remotes.py); `--engine vllm|sglang` runs the engine's own server
-    as a child and serves through it (engines/child_server.py), stopping it on the way out.
+    served as `NAME/model` (server/remotes.py); an engine that runs as a child server (`--engine vllm`)
+    is loaded by the pool as the child's start and served through it (engines/child/), and every child
+    is stopped on the way out.
     """
     if not config.is_loopback and not config.api_key:
         config = config.model_copy(update={"api_key": secrets.token_urlsafe(24)})
@@ -225,7 +239,7 @@ def serve(config: ServeConfig) -> int:
         )
     if config.log_requests != "off":  # the request log shows at the default WARNING level too, as llama-server's
         logging.getLogger("launcher.requests").setLevel(logging.INFO)
-    child = _start_child(config)  # first: it loads while the rest starts
+    child = _plan_child(config)  # a missing engine or a model it cannot plan stops the start here
     if child is None:
         return _serve(config, None)
     return _serve_with_child(config, child)
@@ -235,8 +249,9 @@ class _Terminated(BaseException):
     """SIGTERM arrived: the child is stopped before the server goes as the signal says."""
 
 
-def _serve_with_child(config: ServeConfig, child: ChildServer) -> int:
-    """`_serve`, stopping the child on every way out. uvicorn answers SIGTERM with a graceful stop and then
+def _serve_with_child(config: ServeConfig, child: ChildPlan) -> int:
+    """`_serve`, stopping the child on every way out (the pool stops it as it closes; this also stops one
+    still starting). uvicorn answers SIGTERM with a graceful stop and then
     raises the signal again with the handler it found, which by default ends the process at once: this
     handler turns that into an exception, so the child is stopped first and the signal then ends us."""
 
@@ -252,18 +267,20 @@ def _serve_with_child(config: ServeConfig, child: ChildServer) -> int:
         ended_by = int(stop.args[0])
         return 128 + ended_by
     finally:
-        child.stop()
+        from launcher.engines.child.process import stop_children
+
+        stop_children()
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
         if ended_by is not None:
             signal.raise_signal(ended_by)
 
 
-def _serve(config: ServeConfig, child: ChildServer | None) -> int:
+def _serve(config: ServeConfig, planned: ChildPlan | None) -> int:
     from launcher.server.app import serving_app
     from launcher.server.state import ServerState
 
-    remotes, served_remote = _remotes(config, child)
+    remotes, served_remote = _remotes(config, planned)
     # MODEL, or the starter when neither MODEL nor a preset says what to serve (the library, on by
     # default, only adds models loaded on request); presets alone load everything on request.
     has_startup_model = (bool(config.model) or not config.presets) and served_remote is None
@@ -288,17 +305,18 @@ def _serve(config: ServeConfig, child: ChildServer | None) -> int:
     server = uvicorn_server(app, config)
     if first is not None:
         print(f"Loading {first.model.name} with {first.engine} ({first.engine_reason})...", file=sys.stderr, flush=True)
-    if child is not None:
-        state.prepare = _child_ready(child, lambda: bool(server.should_exit))
+    if planned is not None and served_remote is not None:
+        state.prepare = _child_load(config, pool, pool.names.entries[served_remote], planned, server)
     exit_code = 0
 
     async def watch_child() -> None:
         """A child that dies leaves nothing to serve: the server stops with its error."""
         nonlocal exit_code
-        assert child is not None
+        assert planned is not None
+        child = planned.child
         while not server.should_exit:
             code = child.exited()
-            if code is not None:
+            if code is not None and not child.stopping:
                 print(f"error: {child.failure(f'{child.engine} exited with code {code}')}", file=sys.stderr, flush=True)
                 exit_code = 1
                 server.should_exit = True
@@ -343,7 +361,7 @@ def _serve(config: ServeConfig, child: ChildServer | None) -> int:
         if served and count > 1:
             what += f" (and {count - 1} more by name on request)"
         print(f"Serving {what} on {url}/v1 (Ctrl+C to stop)", file=sys.stderr, flush=True)
-        watcher = asyncio.create_task(watch_child()) if child is not None else None
+        watcher = asyncio.create_task(watch_child()) if planned is not None else None
         await serving
         forgetting.cancel()
         if watcher is not None:
@@ -359,14 +377,25 @@ def _serve(config: ServeConfig, child: ChildServer | None) -> int:
         sock.close()
 
 
-def _child_ready(child: ChildServer, stopping: Callable[[], bool]) -> Callable[[], Awaitable[None]]:
-    """The wait for the child's /health, as the server's `prepare` (on a thread: it polls)."""
-    import anyio
+def _child_load(
+    config: ServeConfig, pool: ModelPool, entry: ModelEntry, planned: ChildPlan, server: uvicorn.Server
+) -> Callable[[], Awaitable[None]]:
+    """The child engine's load by the pool, as the server's `prepare`: the child starts, and the load ends
+    when it answers /health (or the server stops)."""
+    from launcher.engines.registry import child
 
-    async def ready() -> None:
-        await anyio.to_thread.run_sync(lambda: child.wait_ready(cancelled=stopping))
+    engine = child(config.engine)
+    print(
+        f"Starting {engine.name} for {planned.served_name} on {planned.child.base_url} "
+        "(its output follows, prefixed)...",
+        file=sys.stderr,
+        flush=True,
+    )
 
-    return ready
+    async def load() -> None:
+        await pool.load_child(entry, lambda: engine.start(planned, cancelled=lambda: bool(server.should_exit)))
+
+    return load
 
 
 def _ready(state: ServerState, url: str, config: ServeConfig) -> dict[str, object]:
@@ -379,7 +408,7 @@ def _ready(state: ServerState, url: str, config: ServeConfig) -> dict[str, objec
         "models": sorted(state.pool.names.entries),
     }
     default = state.pool.names.entries.get(state.pool.names.default or "")
-    if default is not None and default.remote is not None:  # a remote model or a vLLM child answers
+    if default is not None and default.remote is not None:  # a remote model or a child engine answers
         ready |= {"model": default.name, "engine": default.remote.upstream.engine}
     slot = state.startup_slot
     if slot is not None:

@@ -1,5 +1,5 @@
-"""Another OpenAI-compatible server whose models this one serves: a registered remote, or a vLLM or
-SGLang child this server started (`launcher serve MODEL --engine vllm`).
+"""Another OpenAI-compatible server whose models this one serves: a registered remote, or a child
+engine this server started (`launcher serve MODEL --engine vllm`, launcher/engines/child/).
 
 What travels to it is its own key, never the key of the client that called this server: the
 local key guards this machine, and a remote that logs or leaks what it receives must not learn it.
@@ -71,7 +71,7 @@ def call_timeout(total_s: float | None = None) -> httpx.Timeout:
 class Upstream:
     """Where an upstream server is and how to call it."""
 
-    name: str  # the remote's registered name, or the child engine's ("vllm")
+    name: str  # the remote's registered name, or the child engine's (its spec's name)
     base_url: str  # the OpenAI base URL, ending in /v1
     api_key: str | None = field(default=None, repr=False)
     prefix: str = ""  # put before its model ids to make this server's names ("gpu/"; "" for a child)

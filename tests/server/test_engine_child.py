@@ -23,7 +23,7 @@ import httpx
 import openai
 import pytest
 
-from launcher.engines.child_server import child_command
+from launcher.engines.child.command import child_command
 from launcher.hardware.recorded import load_recorded
 from tests.conformance.servers import launch_serve
 from tests.fixtures.models import write_tiny_gguf

@@ -12,6 +12,7 @@ from launcher.core.config import ServeConfig
 from launcher.core.errors import ConfigError
 from launcher.server.library_models import file_key, library_models
 from launcher.server.model_names import server_names
+from launcher.server.runner import serves_library, serves_many
 from tests.fixtures.models import write_tiny_gguf
 
 
@@ -21,9 +22,9 @@ def two_files(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_the_library_is_served_by_default_and_off_beside_a_child_engine() -> None:
-    assert ServeConfig().library and ServeConfig().serves_library and ServeConfig().serves_many
-    assert not ServeConfig(library=False).serves_many
-    assert not ServeConfig(engine="vllm").serves_library  # vLLM runs its one model; the library's need another engine
+    assert ServeConfig().library and serves_library(ServeConfig()) and serves_many(ServeConfig())
+    assert not serves_many(ServeConfig(library=False))
+    assert not serves_library(ServeConfig(engine="vllm"))  # vLLM runs its one model; the library's need another engine
     assert ServeConfig(library=False).to_argv() == ["--no-library"]  # the app's unticked box reaches its server
 
 
