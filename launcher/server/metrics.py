@@ -1,4 +1,4 @@
-"""Prometheus metrics for /metrics (the app's gauges and `launcher bench` read these names: renaming one breaks them).
+"""Prometheus metrics for /metrics, named in core/metric_names.py (the app's gauges and `launcher bench` read them).
 
 One `CollectorRegistry` per app, so several servers in one process (tests) never share
 counters. Everything a model does is labelled `model="<id>"`; readers that want one number for
@@ -22,6 +22,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from launcher.core import metric_names as names
 from launcher.engines.base import EngineStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -147,12 +148,10 @@ class _LiveCollector(Collector):
         models = self._models()
         remote = self._remote()
         labels = [MODEL_LABEL]
-        busy = CounterMetricFamily("launcher_busy_seconds", "time with at least one stream generating", labels=labels)
-        prefill = GaugeMetricFamily(
-            "launcher_prefill_tokens_per_second", "prompt tokens/s, last few seconds", labels=labels
-        )
+        busy = CounterMetricFamily(names.BUSY_SECONDS, "time with at least one stream generating", labels=labels)
+        prefill = GaugeMetricFamily(names.PREFILL_TOKENS_PER_SECOND, "prompt tokens/s, last few seconds", labels=labels)
         decode = GaugeMetricFamily(
-            "launcher_decode_tokens_per_second", "generated tokens/s, last few seconds", labels=labels
+            names.DECODE_TOKENS_PER_SECOND, "generated tokens/s, last few seconds", labels=labels
         )
         for model in models:
             busy.add_metric([model.name], model.busy.seconds())
@@ -166,60 +165,60 @@ class _LiveCollector(Collector):
 
 
 _ENGINE_GAUGES = {  # metric -> (help, EngineStats attribute)
-    "launcher_requests_running": ("requests generating now", "requests_running"),
-    "launcher_requests_waiting": ("requests queued for a free sequence", "requests_waiting"),
-    "launcher_kv_cache_used_tokens": ("KV cache cells in use", "kv_cache_used_tokens"),
-    "launcher_kv_cache_total_tokens": ("KV cache cells in total", "kv_cache_total_tokens"),
-    "launcher_swa_checkpoints": ("sliding-window checkpoints held for prefix reuse", "swa_checkpoints"),
-    "launcher_swa_checkpoints_max": ("the most checkpoints all slots may hold", "swa_checkpoints_max"),
-    "launcher_swa_checkpoint_budget_bytes": (
+    names.REQUESTS_RUNNING: ("requests generating now", "requests_running"),
+    names.REQUESTS_WAITING: ("requests queued for a free sequence", "requests_waiting"),
+    names.KV_CACHE_USED_TOKENS: ("KV cache cells in use", "kv_cache_used_tokens"),
+    names.KV_CACHE_TOTAL_TOKENS: ("KV cache cells in total", "kv_cache_total_tokens"),
+    names.SWA_CHECKPOINTS: ("sliding-window checkpoints held for prefix reuse", "swa_checkpoints"),
+    names.SWA_CHECKPOINTS_MAX: ("the most checkpoints all slots may hold", "swa_checkpoints_max"),
+    names.SWA_CHECKPOINT_BUDGET_BYTES: (
         "the most memory checkpoints may hold (bytes held: launcher_engine_memory_bytes{kind=swa_checkpoints})",
         "swa_checkpoint_budget_bytes",
     ),
     # The prompt cache on disk (engines/prompt_cache.py). Bytes and entries are this model's; the budget
     # is the whole folder's, shared by every model and server using it (the same under each label).
-    "launcher_prompt_cache_disk_bytes": ("bytes of this model's prompt prefixes on disk", "prompt_cache_disk_bytes"),
-    "launcher_prompt_cache_disk_entries": ("this model's prompt prefixes stored on disk", "prompt_cache_disk_entries"),
-    "launcher_prompt_cache_disk_budget_bytes": (
+    names.PROMPT_CACHE_DISK_BYTES: ("bytes of this model's prompt prefixes on disk", "prompt_cache_disk_bytes"),
+    names.PROMPT_CACHE_DISK_ENTRIES: ("this model's prompt prefixes stored on disk", "prompt_cache_disk_entries"),
+    names.PROMPT_CACHE_DISK_BUDGET_BYTES: (
         "the most the prompt cache's folder may hold, all models together (0: off)",
         "prompt_cache_disk_budget_bytes",
     ),
 }
 _ENGINE_COUNTERS = {
-    "launcher_prefix_cache_hits": ("requests that reused cached prompt tokens", "prefix_cache_hits"),
-    "launcher_prefix_cache_misses": ("requests that reused nothing", "prefix_cache_misses"),
-    "launcher_prefix_cache_hit_tokens": ("prompt tokens served from cache", "prefix_cache_hit_tokens"),
-    "launcher_swa_checkpoint_restores": (
+    names.PREFIX_CACHE_HITS: ("requests that reused cached prompt tokens", "prefix_cache_hits"),
+    names.PREFIX_CACHE_MISSES: ("requests that reused nothing", "prefix_cache_misses"),
+    names.PREFIX_CACHE_HIT_TOKENS: ("prompt tokens served from cache", "prefix_cache_hit_tokens"),
+    names.SWA_CHECKPOINT_RESTORES: (
         "prefixes reused by restoring a sliding-window checkpoint",
         "swa_checkpoint_restores",
     ),
-    "launcher_prompt_cache_disk_hits": (
+    names.PROMPT_CACHE_DISK_HITS: (
         "prompts that missed in memory and restored a stored prefix from disk",
         "prompt_cache_disk_hits",
     ),
-    "launcher_prompt_cache_disk_misses": (
+    names.PROMPT_CACHE_DISK_MISSES: (
         "prompts that missed in memory and found no usable prefix on disk",
         "prompt_cache_disk_misses",
     ),
-    "launcher_prompt_cache_disk_restored_tokens": (
+    names.PROMPT_CACHE_DISK_RESTORED_TOKENS: (
         "prompt tokens restored from disk instead of read",
         "prompt_cache_disk_restored_tokens",
     ),
-    "launcher_prompt_cache_disk_restore_seconds": (
+    names.PROMPT_CACHE_DISK_RESTORE_SECONDS: (
         "time spent reading and restoring prefixes from disk",
         "prompt_cache_disk_restore_seconds",
     ),
-    "launcher_prompt_cache_disk_writes": ("prefixes written to disk", "prompt_cache_disk_writes"),
-    "launcher_prompt_cache_disk_write_failures": (
+    names.PROMPT_CACHE_DISK_WRITES: ("prefixes written to disk", "prompt_cache_disk_writes"),
+    names.PROMPT_CACHE_DISK_WRITE_FAILURES: (
         "prefix writes that failed or were skipped (a full disk): logged, never a failed request",
         "prompt_cache_disk_write_failures",
     ),
     # Speculative decoding (engines/speculation.py): the acceptance rate is accepted / drafted.
-    "launcher_speculative_draft_tokens": (
+    names.SPECULATIVE_DRAFT_TOKENS: (
         "draft tokens verified by speculative decoding",
         "speculative_draft_tokens_total",
     ),
-    "launcher_speculative_accepted_tokens": (
+    names.SPECULATIVE_ACCEPTED_TOKENS: (
         "draft tokens accepted (generated without a decode step of their own)",
         "speculative_accepted_tokens_total",
     ),
@@ -227,10 +226,10 @@ _ENGINE_COUNTERS = {
 
 
 _REMOTE_GAUGES = {  # the engine gauges a remote's /metrics can fill in
-    "launcher_requests_running": "requests_running",
-    "launcher_requests_waiting": "requests_waiting",
-    "launcher_kv_cache_used_tokens": "kv_cache_used_tokens",
-    "launcher_kv_cache_total_tokens": "kv_cache_total_tokens",
+    names.REQUESTS_RUNNING: "requests_running",
+    names.REQUESTS_WAITING: "requests_waiting",
+    names.KV_CACHE_USED_TOKENS: "kv_cache_used_tokens",
+    names.KV_CACHE_TOTAL_TOKENS: "kv_cache_total_tokens",
 }
 
 
@@ -248,7 +247,7 @@ def _engine_families(models: list[tuple[str, EngineStats | None]], remote: list[
             if value is not None:
                 gauge.add_metric([remote_stats.model], value)
         yield gauge
-    ratio = GaugeMetricFamily("launcher_kv_cache_usage_ratio", "KV cache fill, 0..1", labels=labels)
+    ratio = GaugeMetricFamily(names.KV_CACHE_USAGE_RATIO, "KV cache fill, 0..1", labels=labels)
     for model, stats in loaded:
         total = stats.kv_cache_total_tokens
         ratio.add_metric([model], stats.kv_cache_used_tokens / total if total else 0.0)
@@ -261,7 +260,7 @@ def _engine_families(models: list[tuple[str, EngineStats | None]], remote: list[
         for model, stats in loaded:
             counter.add_metric([model], getattr(stats, attribute))
         yield counter
-    memory = GaugeMetricFamily("launcher_engine_memory_bytes", "engine-specific memory", labels=[MODEL_LABEL, "kind"])
+    memory = GaugeMetricFamily(names.ENGINE_MEMORY_BYTES, "engine-specific memory", labels=[MODEL_LABEL, "kind"])
     for model, stats in loaded:
         for kind, value in sorted(stats.memory.items()):
             memory.add_metric([model, kind], value)
@@ -278,45 +277,43 @@ class ServerMetrics:
         GCCollector(registry=self.registry)
         reg = self.registry
         labels = [MODEL_LABEL]
-        self.prompt_tokens = Counter("launcher_prompt_tokens", "prompt tokens processed", labels, registry=reg)
-        self.generation_tokens = Counter("launcher_generation_tokens", "tokens generated", labels, registry=reg)
-        self.requests = Counter(
-            "launcher_requests", "requests by endpoint and status", ["endpoint", "status"], registry=reg
-        )
+        self.prompt_tokens = Counter(names.PROMPT_TOKENS, "prompt tokens processed", labels, registry=reg)
+        self.generation_tokens = Counter(names.GENERATION_TOKENS, "tokens generated", labels, registry=reg)
+        self.requests = Counter(names.REQUESTS, "requests by endpoint and status", ["endpoint", "status"], registry=reg)
         self.ttft = Histogram(
-            "launcher_time_to_first_token_seconds",
+            names.TIME_TO_FIRST_TOKEN_SECONDS,
             "time to first token",
             labels,
             buckets=_LATENCY_BUCKETS,
             registry=reg,
         )
         self.inter_token = Histogram(
-            "launcher_inter_token_latency_seconds",
+            names.INTER_TOKEN_LATENCY_SECONDS,
             "time between tokens",
             labels,
             buckets=_LATENCY_BUCKETS,
             registry=reg,
         )
         self.duration = Histogram(
-            "launcher_request_duration_seconds", "whole request", labels, buckets=_LATENCY_BUCKETS, registry=reg
+            names.REQUEST_DURATION_SECONDS, "whole request", labels, buckets=_LATENCY_BUCKETS, registry=reg
         )
         # Per-stream figures that mean one thing each (the app and `launcher bench --calibrate` divide
         # the deltas of these counters): decode = tokens after a stream's first over the time from its
         # first to its last token; prefill = prompt tokens not served from cache over time to first token.
         self.stream_decode_tokens = Counter(
-            "launcher_stream_decode_tokens", "tokens after each stream's first", labels, registry=reg
+            names.STREAM_DECODE_TOKENS, "tokens after each stream's first", labels, registry=reg
         )
         self.stream_decode_seconds = Counter(
-            "launcher_stream_decode_seconds",
+            names.STREAM_DECODE_SECONDS,
             "each stream's time from its first to its last token",
             labels,
             registry=reg,
         )
         self.prefill_uncached_tokens = Counter(
-            "launcher_prefill_uncached_tokens", "prompt tokens read (not from the prefix cache)", labels, registry=reg
+            names.PREFILL_UNCACHED_TOKENS, "prompt tokens read (not from the prefix cache)", labels, registry=reg
         )
         self.prefill_seconds = Counter(
-            "launcher_prefill_seconds",
+            names.PREFILL_SECONDS,
             "time to first token of the requests that read prompt tokens",
             labels,
             registry=reg,
@@ -326,7 +323,7 @@ class ServerMetrics:
         # as text) and by the grammar that constrained them ("lazy" on tool_choice auto, "required" for a
         # forced call, "none").
         self.tool_calls = Counter(
-            "launcher_tool_calls",
+            names.TOOL_CALLS,
             "tool calls started, by outcome and grammar",
             [MODEL_LABEL, "outcome", "grammar"],
             registry=reg,

@@ -36,6 +36,7 @@ from typing import Any
 import anyio
 import httpx
 
+from launcher.core import metric_names as names
 from launcher.server.metrics import RemoteModelStats
 from launcher.server.upstream import AnswerTooLarge, AnswerUnreadable, Upstream, get_small
 
@@ -59,17 +60,17 @@ MAX_RATE_GAP_S = 30.0
 _SUMMED = {
     "vllm:num_requests_running": "running",
     "sglang:num_running_reqs": "running",
-    "launcher_requests_running": "running",
+    names.REQUESTS_RUNNING: "running",
     "vllm:num_requests_waiting": "waiting",
     "sglang:num_queue_reqs": "waiting",
-    "launcher_requests_waiting": "waiting",
+    names.REQUESTS_WAITING: "waiting",
     "sglang:num_used_tokens": "kv_used",
-    "launcher_kv_cache_used_tokens": "kv_used",
+    names.KV_CACHE_USED_TOKENS: "kv_used",
     "sglang:max_total_num_tokens": "kv_total",
-    "launcher_kv_cache_total_tokens": "kv_total",
+    names.KV_CACHE_TOTAL_TOKENS: "kv_total",
     "sglang:gen_throughput": "decode_tps",
-    "launcher_decode_tokens_per_second": "decode_tps",
-    "launcher_prefill_tokens_per_second": "prefill_tps",
+    names.DECODE_TOKENS_PER_SECOND: "decode_tps",
+    names.PREFILL_TOKENS_PER_SECOND: "prefill_tps",
     "vllm:prompt_tokens_total": "prompt_total",
     "sglang:prompt_tokens_total": "prompt_total",
     "vllm:generation_tokens_total": "generation_total",
@@ -79,7 +80,7 @@ _HIGHEST = {  # a fill: data-parallel engines' ratios do not add up
     "vllm:kv_cache_usage_perc": "kv_ratio",
     "vllm:gpu_cache_usage_perc": "kv_ratio",
     "sglang:token_usage": "kv_ratio",
-    "launcher_kv_cache_usage_ratio": "kv_ratio",
+    names.KV_CACHE_USAGE_RATIO: "kv_ratio",
 }
 _MODEL_LABELS = ("model_name", "model", "name")
 

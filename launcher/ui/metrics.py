@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from launcher.core import metric_names as names
 from launcher.core.units import format_bytes
 
 
@@ -64,28 +65,28 @@ class MetricsSnapshot:
 HOUSEKEEPING_ENDPOINTS = ("/metrics", "/health", "/healthz", "/v1/models", "/launcher/models", "/")
 
 _SIMPLE = {
-    "launcher_prompt_tokens_total": "prompt_tokens_total",
-    "launcher_generation_tokens_total": "generation_tokens_total",
-    "launcher_requests_running": "requests_running",
-    "launcher_requests_waiting": "requests_waiting",
-    "launcher_kv_cache_used_tokens": "kv_used_tokens",
-    "launcher_kv_cache_total_tokens": "kv_total_tokens",
-    "launcher_prefill_tokens_per_second": "prefill_tokens_per_second",
-    "launcher_decode_tokens_per_second": "decode_tokens_per_second",
-    "launcher_time_to_first_token_seconds_sum": "ttft_sum",
-    "launcher_time_to_first_token_seconds_count": "ttft_count",
-    "launcher_prefix_cache_hits_total": "prefix_cache_hits_total",
-    "launcher_prefix_cache_misses_total": "prefix_cache_misses_total",
-    "launcher_stream_decode_tokens_total": "stream_decode_tokens_total",
-    "launcher_stream_decode_seconds_total": "stream_decode_seconds_total",
-    "launcher_prefill_uncached_tokens_total": "prefill_uncached_tokens_total",
-    "launcher_prefill_seconds_total": "prefill_seconds_total",
-    "launcher_busy_seconds_total": "busy_seconds_total",
-    "launcher_prompt_cache_disk_hits_total": "prompt_cache_disk_hits_total",
-    "launcher_prompt_cache_disk_misses_total": "prompt_cache_disk_misses_total",
-    "launcher_prompt_cache_disk_bytes": "prompt_cache_disk_bytes",
-    "launcher_speculative_draft_tokens_total": "speculative_draft_tokens_total",
-    "launcher_speculative_accepted_tokens_total": "speculative_accepted_tokens_total",
+    names.total(names.PROMPT_TOKENS): "prompt_tokens_total",
+    names.total(names.GENERATION_TOKENS): "generation_tokens_total",
+    names.REQUESTS_RUNNING: "requests_running",
+    names.REQUESTS_WAITING: "requests_waiting",
+    names.KV_CACHE_USED_TOKENS: "kv_used_tokens",
+    names.KV_CACHE_TOTAL_TOKENS: "kv_total_tokens",
+    names.PREFILL_TOKENS_PER_SECOND: "prefill_tokens_per_second",
+    names.DECODE_TOKENS_PER_SECOND: "decode_tokens_per_second",
+    names.sum_of(names.TIME_TO_FIRST_TOKEN_SECONDS): "ttft_sum",
+    names.count_of(names.TIME_TO_FIRST_TOKEN_SECONDS): "ttft_count",
+    names.total(names.PREFIX_CACHE_HITS): "prefix_cache_hits_total",
+    names.total(names.PREFIX_CACHE_MISSES): "prefix_cache_misses_total",
+    names.total(names.STREAM_DECODE_TOKENS): "stream_decode_tokens_total",
+    names.total(names.STREAM_DECODE_SECONDS): "stream_decode_seconds_total",
+    names.total(names.PREFILL_UNCACHED_TOKENS): "prefill_uncached_tokens_total",
+    names.total(names.PREFILL_SECONDS): "prefill_seconds_total",
+    names.total(names.BUSY_SECONDS): "busy_seconds_total",
+    names.total(names.PROMPT_CACHE_DISK_HITS): "prompt_cache_disk_hits_total",
+    names.total(names.PROMPT_CACHE_DISK_MISSES): "prompt_cache_disk_misses_total",
+    names.PROMPT_CACHE_DISK_BYTES: "prompt_cache_disk_bytes",
+    names.total(names.SPECULATIVE_DRAFT_TOKENS): "speculative_draft_tokens_total",
+    names.total(names.SPECULATIVE_ACCEPTED_TOKENS): "speculative_accepted_tokens_total",
     "process_resident_memory_bytes": "process_resident_bytes",
 }
 
@@ -115,7 +116,7 @@ class _Tally:
 
 
 def parse_metrics(text: str, now: float) -> MetricsSnapshot:
-    """Read the metric names launcher/server/metrics.py exports out of one Prometheus text scrape."""
+    """Read the series launcher/server/metrics.py exports (core/metric_names.py) out of one Prometheus text scrape."""
     from prometheus_client.parser import text_string_to_metric_families  # only once a server runs
 
     server = _Tally()
@@ -127,21 +128,21 @@ def parse_metrics(text: str, now: float) -> MetricsSnapshot:
             if name in _SIMPLE:
                 for tally in tallies:
                     tally.values[_SIMPLE[name]] += value
-            elif name == "launcher_prompt_cache_disk_budget_bytes":  # one folder's budget under each label
+            elif name == names.PROMPT_CACHE_DISK_BUDGET_BYTES:  # one folder's budget under each label
                 for tally in tallies:
                     tally.values["prompt_cache_disk_budget_bytes"] = max(
                         tally.values["prompt_cache_disk_budget_bytes"], value
                     )
-            elif name == "launcher_kv_cache_usage_ratio":
+            elif name == names.KV_CACHE_USAGE_RATIO:
                 for tally in tallies:
                     tally.usage_ratios.append(value)
-            elif name == "launcher_requests_total":
+            elif name == names.total(names.REQUESTS):
                 if labels.get("endpoint", "") in HOUSEKEEPING_ENDPOINTS:
                     continue  # our own polling is not traffic
                 server.values["requests_total"] += value
                 if str(labels.get("status", "200"))[:1] in ("4", "5"):
                     server.values["requests_failed_total"] += value
-            elif name == "launcher_engine_memory_bytes":  # one sample per model and kind: the server holds all
+            elif name == names.ENGINE_MEMORY_BYTES:  # one sample per model and kind: the server holds all
                 for tally in tallies:
                     tally.engine_memory[labels.get("kind", "")] += value
     return server.snapshot(now, {name: tally.snapshot(now) for name, tally in models.items()})
