@@ -170,3 +170,35 @@ def test_launcher_serve_alone_plans_once_and_loads_that_plan(
     loaded = ready["serving"]
     assert loaded["context"] == ready["context_length"] == plan.context
     assert loaded["kv_cache_type"] == plan.kv_type and loaded["gpu_layers"] == plan.gpu_layers
+
+
+def _safetensors_row(tmp_path: Path) -> Any:
+    """A Models page row for a plain safetensors checkpoint (what vLLM and SGLang run) with known numbers."""
+    from launcher.catalog.catalog import default_catalog
+    from launcher.catalog.library import LibraryEntry
+    from launcher.core.model_types import LocalModel
+    from launcher.ui.model_rows import ModelRow
+
+    architecture = default_catalog().models[0].architecture
+    model = LocalModel(path=tmp_path, format="safetensors", name="org/checkpoint")
+    entry = LibraryEntry(model=model, source="imported", size_bytes=2 * 1024**3, architecture=architecture)
+    return ModelRow(key=f"local:{model.name}", title=model.name, subtitle="", kind="local", local=entry)
+
+
+def test_an_engine_that_runs_as_a_child_is_named_by_the_app_and_planned_by_its_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The child's own plan (its command) decides its context; the app's would override it, not carry it.
+    from launcher.hardware.recorded import load_recorded
+    from launcher.ui import model_rows
+
+    machine = load_recorded("rtx4090-desktop")
+    row = _safetensors_row(tmp_path)
+    pinned = ServeConfig(model="org/checkpoint", engine="vllm")
+    assert model_rows.decided_config(row, machine, pinned) == pinned
+
+    # Where the advisor's own pick for the file is such an engine, the app names it and nothing more.
+    only_vllm = {name: None if name == "vllm" else "not here" for name in ("llamacpp", "mlx", "vllm", "sglang")}
+    monkeypatch.setattr(model_rows, "engine_status", lambda machine: only_vllm)
+    form = ServeConfig(model="org/checkpoint")
+    assert model_rows.decided_config(row, machine, form) == form.model_copy(update={"engine": "vllm"})
