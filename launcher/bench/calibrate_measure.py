@@ -30,6 +30,7 @@ from launcher.bench.workloads import (
     long_prompt_short_answer,
     short_prompt_long_answer,
 )
+from launcher.core import metric_names as names
 
 MEMORY_KINDS = ("weights", "kv_cache", "compute")
 REQUIRED_MEMORY_KINDS = ("weights", "kv_cache")
@@ -115,7 +116,7 @@ async def engine_memory(client: httpx.AsyncClient, base_url: str) -> dict[str, i
     return {
         labels["kind"]: int(value)
         for name, labels, value in samples
-        if name == "launcher_engine_memory_bytes" and "kind" in labels
+        if name == names.ENGINE_MEMORY_BYTES and "kind" in labels
     }
 
 
@@ -124,8 +125,8 @@ async def stream_decode_counters(client: httpx.AsyncClient, base_url: str) -> tu
     they took), or None from a server without them."""
     values = {name: value for name, _, value in await _scrape(client, base_url)}
     tokens, seconds = (
-        values.get("launcher_stream_decode_tokens_total"),
-        values.get("launcher_stream_decode_seconds_total"),
+        values.get(names.total(names.STREAM_DECODE_TOKENS)),
+        values.get(names.total(names.STREAM_DECODE_SECONDS)),
     )
     return (tokens, seconds) if tokens is not None and seconds is not None else None
 

@@ -25,11 +25,12 @@ from typing import Any
 import httpx
 
 from launcher.bench.runner import ServerUnreachable, fetch_metrics, sse_events
+from launcher.core import metric_names as names
 
-DRAFT_TOKENS = "launcher_speculative_draft_tokens_total"
-ACCEPTED_TOKENS = "launcher_speculative_accepted_tokens_total"
-DECODE_TOKENS = "launcher_stream_decode_tokens_total"
-DECODE_SECONDS = "launcher_stream_decode_seconds_total"
+DRAFT_TOKENS = names.total(names.SPECULATIVE_DRAFT_TOKENS)
+ACCEPTED_TOKENS = names.total(names.SPECULATIVE_ACCEPTED_TOKENS)
+DECODE_TOKENS = names.total(names.STREAM_DECODE_TOKENS)
+DECODE_SECONDS = names.total(names.STREAM_DECODE_SECONDS)
 _SETTLE_TRIES = 20  # a stream's counters are added as it closes, just after its last byte: wait up to ~1 s
 _SETTLE_DELAY = 0.05
 

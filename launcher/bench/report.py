@@ -18,6 +18,7 @@ from launcher import __version__
 from launcher.bench.metrics import json_validity, prefill_interference, prefix_pairs
 from launcher.bench.suite import SuiteResult, WorkloadResult
 from launcher.bench.workloads import JSON_SCHEMA
+from launcher.core import metric_names as names
 from launcher.core.units import format_bytes
 
 # Quant names as they appear in file names and ids: Q4_K_M, IQ3_XXS, BF16, 4.0bpw, 4bit.
@@ -124,8 +125,8 @@ def _workload_json(result: WorkloadResult) -> dict[str, Any]:
     if result.workload.name == "mixed":
         data["mixed"] = _mixed_json(result)
     counters = result.counters or {}
-    prompt = counters.get("launcher_prompt_tokens_total")
-    hit = counters.get("launcher_prefix_cache_hit_tokens_total")
+    prompt = counters.get(names.total(names.PROMPT_TOKENS))
+    hit = counters.get(names.total(names.PREFIX_CACHE_HIT_TOKENS))
     if prompt and hit is not None:
         data["kv_cache_hit_rate"] = hit / prompt
     return data

@@ -50,6 +50,7 @@ import httpx
 
 from launcher.bench.runner import sse_events
 from launcher.bench.servers import ServerProcess, command_server, launcher_serve
+from launcher.core import metric_names as names
 from launcher.core.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,8 +80,8 @@ NATIVE_SPEC_FLAGS: dict[str, tuple[str, ...]] = {
     "llama-ngram-simple": ("--spec-type", "ngram-simple"),
     "llama-ngram-mod": ("--spec-type", "ngram-mod"),
 }
-DRAFT_METRIC = "launcher_speculative_draft_tokens"
-ACCEPTED_METRIC = "launcher_speculative_accepted_tokens"
+DRAFT_METRIC = names.SPECULATIVE_DRAFT_TOKENS
+ACCEPTED_METRIC = names.SPECULATIVE_ACCEPTED_TOKENS
 
 # The targets: ours-auto over ours-off, and ours-auto over llama-server's best n-gram mode.
 TARGET_AUTO_OFF = {"edit": 1.5, "prose": 0.97}  # per-stream decode tok/s, at every stream count

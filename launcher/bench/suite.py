@@ -34,14 +34,15 @@ from launcher.bench.workloads import (
     build_workloads,
     with_tokens_per_word,
 )
+from launcher.core import metric_names as names
 
-# Counters whose change over a workload the report shows (names from launcher/server/metrics.py).
+# Counters whose change over a workload the report shows (names from launcher/core/metric_names.py).
 _COUNTERS = (
-    "launcher_prompt_tokens_total",
-    "launcher_generation_tokens_total",
-    "launcher_prefix_cache_hits_total",
-    "launcher_prefix_cache_misses_total",
-    "launcher_prefix_cache_hit_tokens_total",
+    names.total(names.PROMPT_TOKENS),
+    names.total(names.GENERATION_TOKENS),
+    names.total(names.PREFIX_CACHE_HITS),
+    names.total(names.PREFIX_CACHE_MISSES),
+    names.total(names.PREFIX_CACHE_HIT_TOKENS),
 )
 
 
