@@ -37,6 +37,7 @@ def variant(
         kv_type=kv_type,
         status=status,
         calibration=calibration,
+        shown_as=option.shown_as,
     )
 
 

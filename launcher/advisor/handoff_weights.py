@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher.advisor.tables import bits_per_weight
+from launcher.advisor.tables import SAFETENSORS_TABLE, bits_per_weight
 from launcher.catalog.schema import CatalogModel, SafetensorsQuant
 from launcher.core.units import format_bytes
 
@@ -29,7 +29,9 @@ class Weights:
 def _size(model: CatalogModel, fmt: str) -> int:
     variant = model.safetensors.get(fmt)  # type: ignore[call-overload]
     recorded: int | None = variant.size_bytes if variant is not None else None
-    return recorded or int(model.architecture.params_total_b * 1e9 * bits_per_weight("vllm", fmt.upper()) / 8)
+    return recorded or int(
+        model.architecture.params_total_b * 1e9 * bits_per_weight(SAFETENSORS_TABLE, fmt.upper()) / 8
+    )
 
 
 def _listed(model: CatalogModel, fmt: SafetensorsQuant, why: str) -> Weights:

@@ -9,25 +9,23 @@ from launcher.advisor.calibration import MemoryEstimate, calibrated_memory
 from launcher.advisor.calibration_store import CalibrationChoice, resolve_calibration
 from launcher.advisor.fit import FitResult, KvType, fit_model, weights_bytes
 from launcher.advisor.speed import SpeedEstimate, estimate_speed
-from launcher.advisor.tables import bits_per_weight
+from launcher.advisor.tables import SAFETENSORS_TABLE, bits_per_weight
 from launcher.catalog.schema import CatalogModel, ExlVariant, FormatName, MlxVariant
 from launcher.core.units import format_bytes
-from launcher.engine_specs import EngineStatus, SlidingCache, get_spec, label
+from launcher.engine_specs import EngineSpec, EngineStatus, SlidingCache, get_spec, label
 from launcher.engine_specs import specs as engine_specs
+from launcher.engine_specs.preference import Preference, Situation
 from launcher.hardware.machine import Machine
 
 CATALOG_FORMATS: tuple[str, ...] = get_args(FormatName)
 """The formats catalog entries list quants in."""
 
-HANDOFF = "vllm"
-"""The datacenter engines (vLLM, SGLang) the advisor names for teams and big GPU nodes. The launcher
-hands the model to them instead of running them, so they are not in the engine registry."""
 FORMAT_LABELS = {"gguf": "GGUF", "mlx": "MLX", "exl3": "EXL3", "exl2": "EXL2", "fp8": "FP8", "awq": "AWQ"}
 
 
 def engine_label(engine: str) -> str:
-    """An engine's readable name, from the registry ("llama.cpp"), or the hand-off's."""
-    return "vLLM / SGLang" if engine == HANDOFF else label(engine)
+    """An engine's readable name, from the registry ("llama.cpp")."""
+    return label(engine)
 
 
 @dataclass(frozen=True)
@@ -42,9 +40,15 @@ class Option:
     fit: FitResult
     speed: SpeedEstimate
     source: str  # "unsloth/Qwen3-8B-GGUF:Qwen3-8B-Q4_K_M.gguf", "turboderp/Qwen3-8B-exl3@4.0bpw"
-    launchable: bool = True  # False for hand-offs (vLLM) the launcher does not run itself
+    launchable: bool = True  # False for a hand-off: a child engine not installed here (`launcher handoff`)
     unavailable_reason: str | None = None  # engine not installed / not usable here
     memory: MemoryEstimate | None = None  # the fit's needed bytes as this machine's runs correct them
+    shown_as: str = ""  # how the advice names the engine, when not by its spec's label (`Preference.label`)
+
+    @property
+    def engine_label(self) -> str:
+        """The engine as the advice names it: "llama.cpp", or "vLLM / SGLang" for the hand-off."""
+        return self.shown_as or engine_label(self.engine)
 
     @property
     def kv_type(self) -> KvType:
@@ -54,7 +58,7 @@ class Option:
     @property
     def label(self) -> str:
         """'llama.cpp + GGUF Q4_K_M', with ' + q8_0 KV cache' when the KV cache is not f16."""
-        engine = engine_label(self.engine)
+        engine = self.engine_label
         kv = "" if self.kv_type == "f16" else f" + {self.kv_type} KV cache"
         return f"{engine} + {FORMAT_LABELS.get(self.format, self.format)} {self.quant}{kv}"
 
@@ -92,27 +96,40 @@ def _recorded_size(model: CatalogModel, fmt: str, quant: str) -> int | None:
 
 def sliding_cache(engine: str) -> SlidingCache:
     """How the engine sizes sliding-window layers: its spec says (vLLM keeps each sequence's window)."""
-    return "window" if engine == HANDOFF else get_spec(engine).sliding_cache
+    return get_spec(engine).sliding_cache
 
 
 KV_LEVER: KvType = "q8_0"
-"""The KV cache type the advisor may offer llama.cpp when f16 does not fit (`--kv-cache-type q8_0`)."""
+"""The KV cache type the advisor may offer an engine whose spec has `quantized_kv` (llama.cpp) when f16
+does not fit (`--kv-cache-type q8_0`)."""
 
 
 def kv_lever_applies(engine: str) -> bool:
     """Whether the advisor may pick a q8_0 KV cache for this engine (its spec says; llama.cpp's does)."""
-    return engine != HANDOFF and get_spec(engine).quantized_kv
+    return get_spec(engine).quantized_kv
 
 
 def splits_over_gpus(engine: str, machine: Machine) -> bool:
     """Whether the engine runs one model tensor-parallel over this machine's NVIDIA GPUs."""
-    splits = engine == HANDOFF or get_spec(engine).tensor_parallel
-    return splits and len(machine.nvidia_gpus) > 1
+    return get_spec(engine).tensor_parallel and len(machine.nvidia_gpus) > 1
 
 
 def can_offload(engine: str) -> bool:
     """Whether the engine can keep some layers in CPU RAM when the GPU is too small (llama.cpp)."""
-    return engine != HANDOFF and get_spec(engine).can_offload
+    return get_spec(engine).can_offload
+
+
+def _usable(spec: EngineSpec, status: EngineStatus | None) -> tuple[bool, str | None]:
+    """(launchable, unavailable reason) of an option for the engine `spec`.
+
+    An engine in this process is launchable; `status` says whether it is usable here. An engine that
+    runs as a child server is launched only when `status` says it is installed and usable here: else
+    its option is a hand-off (`launcher handoff` writes the deployment for the machine), not a fault
+    to report, and without `status` (advice about another machine) it is a hand-off too."""
+    reason = status.get(spec.name, "not registered") if status is not None else None
+    if spec.runs_as == "child":
+        return status is not None and reason is None, None
+    return True, reason
 
 
 def kv_lever_cost(f16_bytes: int, lever_bytes: int, context: int) -> str:
@@ -138,13 +155,16 @@ def build_option(
     kv_type: KvType = "f16",
     status: EngineStatus | None = None,
     calibration: CalibrationChoice = "stored",
+    shown_as: str = "",
 ) -> Option:
     """Fit and time one (engine, format, quant) for `model` on `machine`.
 
     The speed (and a corrected memory figure, not the verdict) follow this machine's calibration
     runs when `calibration` has some for the engine; None gives the model's raw prediction.
+    `shown_as` names the engine in the advice when its spec's label does not (`Preference.label`).
     """
-    table_format = "vllm" if engine == HANDOFF else fmt
+    # Formats outside the catalog's quant formats are the safetensors checkpoints an engine offers.
+    table_format = fmt if fmt in CATALOG_FORMATS else SAFETENSORS_TABLE
     bpw = bits_per_weight(table_format, quant)
     weights = _recorded_size(model, fmt, quant) or weights_bytes(model.architecture, bpw)
     # An engine that cannot offload runs on its GPU (or Apple's unified memory) or not at all.
@@ -166,9 +186,7 @@ def build_option(
     speed = estimate_speed(
         machine, model.architecture, bpw, fit, tensor_parallel=tensor_parallel, calibration=applicable
     )
-    reason = None
-    if engine != HANDOFF and status is not None:
-        reason = status.get(engine, "not registered")
+    launchable, reason = _usable(get_spec(engine), status)
     return Option(
         engine=engine,
         format=fmt,
@@ -178,17 +196,18 @@ def build_option(
         fit=fit,
         speed=speed,
         source=_source(model, fmt, quant),
-        launchable=engine != HANDOFF,
+        launchable=launchable,
         unavailable_reason=reason,
         memory=calibrated_memory(fit, applicable),
+        shown_as=shown_as,
     )
 
 
-def is_datacenter(machine: Machine) -> bool:
-    """A server node (HBM datacenter GPUs, or many big cards) rather than a desktop."""
-    datacenter_names = ("H100", "H200", "H20", "A100", "B100", "B200", "GB200", "L40", "MI300", "MI250")
-    big_cards = [g for g in machine.gpus if g.memory_total >= 40 * 1024**3]
-    return any(n in g.name for g in machine.gpus for n in datacenter_names) or len(big_cards) >= 4
+def ranked_engines(situation: Situation) -> list[tuple[EngineSpec, Preference]]:
+    """The engines that want to be recommended in `situation`, in the order they are tried: by the rank
+    their spec's `prefer` gives, ties in registry order. The advisor names no engine itself."""
+    wanting = [(spec, preference) for spec in engine_specs() if (preference := spec.prefer(situation)) is not None]
+    return sorted(wanting, key=lambda entry: entry[1].rank)
 
 
 def candidate_options(
@@ -202,24 +221,33 @@ def candidate_options(
     calibration: CalibrationChoice = "stored",
 ) -> list[Option]:
     """Every option worth considering for this machine: each registered engine that can run on this
-    hardware and suits it, with each quant the catalog has in the engine's formats (plus the vLLM
-    hand-off for teams and datacenter nodes)."""
-    specs: list[tuple[str, str, str]] = []
+    hardware and suits it (or ranks itself for this situation: the hand-off for a team), with each quant
+    the catalog has in the engine's formats and the weights its `Preference` offers besides."""
+    situation = Situation.of(machine, model.id, team=team)
+    picks: list[tuple[str, str, str, str]] = []  # engine, format, quant, the engine as the advice names it
     for spec in engine_specs():
-        if spec.runs_on(machine) is not None or not spec.suits(machine):
+        preference = spec.prefer(situation)
+        if spec.runs_on(machine) is not None or not (spec.suits(machine) or preference is not None):
             continue
+        shown_as = preference.label if preference is not None else ""
         for fmt in spec.formats:
             if fmt in CATALOG_FORMATS:
-                specs += [(spec.name, fmt, q) for q in model.quants(fmt)]  # type: ignore[arg-type]
-    nvidia = machine.nvidia_gpus
-    if nvidia and (team or is_datacenter(machine)):
-        min_cc = min(g.compute_capability or (0, 0) for g in nvidia)
-        fp8 = min_cc >= (8, 9)
-        specs += [(HANDOFF, "fp8" if fp8 else "awq", "FP8" if fp8 else "AWQ"), (HANDOFF, "bf16", "BF16")]
+                picks += [(spec.name, fmt, q, shown_as) for q in model.quants(fmt)]  # type: ignore[arg-type]
+        if preference is not None:
+            picks += [(spec.name, offer.format, offer.quant, shown_as) for offer in preference.offers]
     runs = resolve_calibration(machine, calibration)  # once, not once per option
     return [
         build_option(
-            machine, model, engine, fmt, quant, context=context, parallel=parallel, status=status, calibration=runs
+            machine,
+            model,
+            engine,
+            fmt,
+            quant,
+            context=context,
+            parallel=parallel,
+            status=status,
+            calibration=runs,
+            shown_as=shown_as,
         )
-        for engine, fmt, quant in specs
+        for engine, fmt, quant, shown_as in picks
     ]

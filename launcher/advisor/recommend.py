@@ -1,15 +1,17 @@
 """Engine + format + quant + context choice for a catalog model, hardware first.
 
 Order of thought, as the domain notes ask: machine -> what fits -> what is fast -> engine.
-- Team / many users, or a datacenter node: vLLM or SGLang (a hand-off; the launcher does not run them).
+The engines rank themselves (each spec's `prefer`, launcher/engine_specs/preference.py); the advisor
+tries them in that order and takes the first whose options reach one of its fit tiers. The built-ins:
+- Team / many users, or a datacenter node: vLLM or SGLang (a hand-off unless installed here).
 - Apple Silicon: MLX when it fits in the GPU's share of unified memory; llama.cpp (Metal) otherwise.
 - NVIDIA, compute capability >= 8.0, model fits in VRAM: ExLlamaV3 + EXL3.
 - NVIDIA older than Ampere: EXL2 (legacy, archived upstream) when it fits, else GGUF.
 - Anything needing CPU offload, non-NVIDIA GPUs, CPU-only: llama.cpp + GGUF.
 Within a format the quant is the highest-quality one up to ~6.6 bits that fits fully; below
 ~3.5 bits quality drops noticeably, so those are picked only when nothing else fits.
-With llama.cpp, a q8_0 KV cache (near-lossless, about half the memory of f16) comes before a
-smaller weights quant, a partial offload or a smaller context.
+With an engine that quantizes its KV cache (llama.cpp), a q8_0 KV cache (near-lossless, about half
+the memory of f16) comes before a smaller weights quant, a partial offload or a smaller context.
 """
 
 from __future__ import annotations
@@ -23,20 +25,19 @@ from launcher.advisor.draft import DraftPick, propose_draft
 from launcher.advisor.fit import VERDICT_LABELS, VERDICT_RANK
 from launcher.advisor.fit_advice import advice, full_gpu_hint, variant
 from launcher.advisor.options import (
-    HANDOFF,
     KV_LEVER,
     Option,
     candidate_options,
-    engine_label,
-    is_datacenter,
     kv_lever_applies,
     kv_lever_cost,
+    ranked_engines,
 )
 from launcher.advisor.plan import SERVE_CONTEXTS, context_ladder
 from launcher.catalog.schema import CatalogModel
 from launcher.core.errors import CatalogError, in_context
 from launcher.core.units import format_bytes
 from launcher.engine_specs import EngineStatus
+from launcher.engine_specs.preference import Situation, Won
 from launcher.hardware.machine import Machine
 
 TEAM_CONTEXTS = (8192, 4096, 2048)
@@ -104,29 +105,29 @@ def _best(options: list[Option], verdicts: tuple[str, ...]) -> Option | None:
     return min(fitting, key=_ranking(verdicts))
 
 
-_GGUF_TIERS: tuple[tuple[str, ...], ...] = (("full_gpu", "unified"), ("cpu",), ("partial",))
+Tiers = tuple[tuple[str, ...], ...]
 
 
-def _pick_gguf(gguf: list[Option], lever: list[Option]) -> tuple[Option | None, list[str]]:
-    """The llama.cpp pick: best tier first; a q8_0 KV cache (`lever`) when f16 would need a quant of a
-    lower quality band (below ~3.5 bits) or a lower tier (partial offload, or nothing at this context).
-    Within a band it is not worth it: Q6_K + q8_0 KV instead of Q5_K_M decodes ~13% slower for
-    little quality."""
-    for verdicts in _GGUF_TIERS:
-        pick = _best(gguf, verdicts)
+def _pick_in_tiers(own: list[Option], lever: list[Option], tiers: Tiers) -> tuple[Option | None, list[str]]:
+    """One engine's pick: best tier first; a q8_0 KV cache (`lever`, empty unless the engine's spec has
+    `quantized_kv`) when f16 would need a quant of a lower quality band (below ~3.5 bits) or a lower tier
+    (partial offload, or nothing at this context). Within a band it is not worth it: Q6_K + q8_0 KV
+    instead of Q5_K_M decodes ~13% slower for little quality."""
+    for verdicts in tiers:
+        pick = _best(own, verdicts)
         smaller_kv = _best(lever, verdicts)
         key = _ranking(verdicts)
         if smaller_kv is not None and (pick is None or key(smaller_kv)[0] < key(pick)[0]):
-            return smaller_kv, [_lever_reason(smaller_kv, pick, gguf)]
+            return smaller_kv, [_lever_reason(smaller_kv, pick, own, tiers)]
         if pick is not None:
             return pick, []
     return None, []
 
 
-def _lever_reason(chosen: Option, f16_pick: Option | None, gguf: list[Option]) -> str:
-    same_quant = next(o for o in gguf if o.quant == chosen.quant)
+def _lever_reason(chosen: Option, f16_pick: Option | None, own: list[Option], tiers: Tiers) -> str:
+    same_quant = next(o for o in own if o.quant == chosen.quant)
     if f16_pick is None:
-        f16_pick = next((p for tier in _GGUF_TIERS if (p := _best(gguf, tier)) is not None), None)
+        f16_pick = next((p for tier in tiers if (p := _best(own, tier)) is not None), None)
     if f16_pick is None:
         without = f"nothing would fit at {chosen.fit.context // 1024}k context"
     else:
@@ -141,69 +142,29 @@ def _lever_reason(chosen: Option, f16_pick: Option | None, gguf: list[Option]) -
     return f"{chosen.quant} {where} with {cost}. With an f16 KV cache {without}."
 
 
-def _pick(
-    machine: Machine, options: list[Option], team: bool, lever: list[Option], model_id: str
-) -> tuple[Option | None, list[str]]:
+def _pick(situation: Situation, options: list[Option], lever: list[Option]) -> tuple[Option | None, list[str]]:
+    """The first engine, in the order the engines rank themselves, whose options reach one of its tiers,
+    with the reasons each engine gives on the way (why it is out, why it won)."""
     by_engine: dict[str, list[Option]] = defaultdict(list)
     for option in options:
         by_engine[option.engine].append(option)
+    lever_by_engine: dict[str, list[Option]] = defaultdict(list)
+    for option in lever:
+        lever_by_engine[option.engine].append(option)
     reasons: list[str] = []
-    if team or is_datacenter(machine):
-        pick = _best(by_engine[HANDOFF], ("full_gpu",))
-        if pick:
-            why = "many users share it" if team else "this is a datacenter GPU node"
-            reasons.append(
-                f"vLLM or SGLang, because {why}: continuous batching, paged KV and tensor parallelism serve a team "
-                f"better than a desktop engine. `launcher handoff vllm {model_id}` writes the deployment for this "
-                f"machine (weights, tensor parallel, context, tool parsers), and with vLLM installed "
-                f"`launcher serve {model_id} --engine vllm` runs it behind the launcher's endpoint."
-            )
-            return pick, reasons
-    if machine.apple is not None:
-        pick = _best(by_engine["mlx"], ("unified",))
-        if pick:
-            reasons.append("Apple Silicon: MLX runs on the GPU with unified memory and is the fastest engine on Macs.")
-            return pick, reasons
-        if by_engine["mlx"]:
-            reasons.append("No MLX quant fits in the GPU's share of unified memory, so llama.cpp (Metal) is used.")
-        else:
-            reasons.append("This model has no MLX weights in the catalog; llama.cpp with Metal runs the GGUF.")
-    nvidia = machine.nvidia_gpus
-    if nvidia:
-        min_cc = min(g.compute_capability or (0, 0) for g in nvidia)
-        pick = _best(by_engine["exllamav3"], ("full_gpu",))
-        if pick:
-            split = f" split over {len(nvidia)} GPUs (tensor parallel)" if len(nvidia) > 1 else ""
-            reasons.append(
-                f"NVIDIA compute capability {min_cc[0]}.{min_cc[1]} and the model fits entirely in VRAM{split}: "
-                "ExLlamaV3 with EXL3 is the fastest quantized CUDA engine."
-            )
-            return pick, reasons
-        if min_cc < (8, 0):
-            reasons.append(
-                f"Compute capability {min_cc[0]}.{min_cc[1]} is below 8.0 (pre-Ampere): ExLlamaV3/EXL3 cannot run here."
-            )
-            pick = _best(by_engine["exllamav2"], ("full_gpu",))
-            if pick:
-                reasons.append("ExLlamaV2 + EXL2 still runs on this card (legacy: archived upstream).")
-                return pick, reasons
-        elif by_engine["exllamav3"]:
-            reasons.append("No EXL3 quant fits entirely in VRAM, and ExLlama cannot offload to CPU: using GGUF.")
-        else:
-            reasons.append("No EXL3 weights in the catalog for this model: using GGUF with llama.cpp (CUDA).")
-    elif machine.gpus:
-        reasons.append("GPU is not NVIDIA: llama.cpp (Vulkan/HIP/SYCL) with GGUF is the portable choice.")
-    pick, lever_reasons = _pick_gguf(by_engine["llamacpp"], lever)
-    if pick:
-        if pick.fit.verdict == "partial":
-            reasons.append(
-                f"Only {pick.fit.gpu_layers} of {pick.fit.total_layers} layers fit on the GPU: llama.cpp offloads "
-                "the rest to CPU RAM (slower, but it runs)."
-            )
-        elif pick.fit.verdict == "cpu":
-            reasons.append("CPU only: llama.cpp with a GGUF K-quant uses AVX2/AVX512/NEON kernels.")
-        reasons.extend(lever_reasons)
-    return pick, reasons
+    for spec, preference in ranked_engines(situation):
+        if preference.note:
+            reasons.append(preference.note)
+        own = by_engine[spec.name]
+        pick, lever_reasons = _pick_in_tiers(own, lever_by_engine[spec.name], preference.tiers)
+        if pick is not None:
+            why = preference.reason(Won(pick.fit.verdict, pick.fit.gpu_layers, pick.fit.total_layers))
+            reasons += [why] if why else []
+            return pick, reasons + lever_reasons
+        passed_over = preference.none_fit if own else preference.no_weights
+        if passed_over:
+            reasons.append(passed_over)
+    return None, reasons
 
 
 def recommend(
@@ -227,6 +188,7 @@ def recommend(
         raise CatalogError("users must be at least 1")
     runs = resolve_calibration(machine, calibration)
     team = users >= TEAM_USERS
+    situation = Situation.of(machine, model.id, team=team)
     if context:
         contexts = [context]
     else:
@@ -247,7 +209,7 @@ def recommend(
             for o in options
             if kv_lever_applies(o.engine)
         ]
-        chosen, reasons = _pick(machine, options, team, lever, model.id)
+        chosen, reasons = _pick(situation, options, lever)
         used_context = ctx
         if chosen is not None:
             break
@@ -277,9 +239,7 @@ def recommend(
         if chosen.fit.verdict == "partial":
             reasons.extend(full_gpu_hint(machine, model, chosen, used_context, users, status, runs))
         if chosen.unavailable_reason:
-            reasons.append(
-                in_context(f"{engine_label(chosen.engine)} is not usable here yet", chosen.unavailable_reason)
-            )
+            reasons.append(in_context(f"{chosen.engine_label} is not usable here yet", chosen.unavailable_reason))
         draft, draft_reason = propose_draft(model, chosen.engine, chosen.format, chosen.fit)
         if draft is not None:
             options = [o for o in options if o is not chosen]  # the choice, now with its draft line

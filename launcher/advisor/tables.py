@@ -9,6 +9,10 @@ from functools import cache
 from launcher.core import paths
 from launcher.core.errors import CatalogError
 
+SAFETENSORS_TABLE = "safetensors"
+"""The table's format for safetensors checkpoints (FP8, AWQ, BF16, MXFP4): what the datacenter engines
+load, offered beside the catalog's quant formats (`Preference.offers`) and planned by `launcher handoff`."""
+
 
 @cache
 def _bits_table() -> dict[tuple[str, str], float]:

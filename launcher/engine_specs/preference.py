@@ -14,6 +14,15 @@ from dataclasses import dataclass
 
 from launcher.hardware.machine import Machine
 
+DATACENTER_GPUS = ("H100", "H200", "H20", "A100", "B100", "B200", "GB200", "L40", "MI300", "MI250")
+"""Names of GPUs only found in servers: a machine with one is a datacenter node, not a desktop."""
+
+
+def is_datacenter(machine: Machine) -> bool:
+    """A server node (HBM datacenter GPUs, or many big cards) rather than a desktop."""
+    big_cards = [g for g in machine.gpus if g.memory_total >= 40 * 1024**3]
+    return any(n in g.name for g in machine.gpus for n in DATACENTER_GPUS) or len(big_cards) >= 4
+
 
 @dataclass(frozen=True)
 class Situation:
@@ -23,6 +32,11 @@ class Situation:
     model_id: str  # the catalog id being advised on
     team: bool  # many users share the server (`--users` at or above the team threshold)
     datacenter: bool  # a server node: HBM datacenter GPUs, or many big cards
+
+    @classmethod
+    def of(cls, machine: Machine, model_id: str, *, team: bool) -> Situation:
+        """The situation of advising on `model_id` for `machine` (a datacenter node or not, as its GPUs say)."""
+        return cls(machine=machine, model_id=model_id, team=team, datacenter=is_datacenter(machine))
 
 
 @dataclass(frozen=True)
@@ -35,15 +49,27 @@ class Won:
 
 
 @dataclass(frozen=True)
+class Offer:
+    """Weights an engine proposes beyond the catalog's quant formats: a safetensors checkpoint
+    ("fp8" / "FP8", "awq" / "AWQ", "bf16" / "BF16") that the catalog lists under `safetensors`
+    or that is the model's upstream repo."""
+
+    format: str
+    quant: str
+
+
+@dataclass(frozen=True)
 class Preference:
     """How an engine wants to be tried on one machine for one model."""
 
     rank: int  # lower is tried first; the built-ins use 0 (hand-off) to 100 (llama.cpp, the fallback)
     tiers: tuple[tuple[str, ...], ...]  # the fit verdicts an option may win with, best tier first
-    reason: Callable[[Won], str]  # why it was picked, for the recommendation's reasons
+    reason: Callable[[Won], str]  # why it was picked, for the recommendation's reasons ("": nothing to add)
     none_fit: str = ""  # said when the catalog has weights for it and none fits (the advisor goes on)
     no_weights: str = ""  # said when the catalog has no weights in its formats for this model
     note: str = ""  # said whenever it is considered, before it wins or is passed over
+    offers: tuple[Offer, ...] = ()  # options besides the catalog's quants in its formats
+    label: str = ""  # how the advice names its options, when not by the spec's label ("vLLM / SGLang")
 
 
 Prefer = Callable[[Situation], Preference | None]

@@ -3,7 +3,23 @@
 from __future__ import annotations
 
 from launcher.engine_specs import EngineSpec
-from launcher.engines.exllama_common.spec_checks import needs_nvidia
+from launcher.engine_specs.preference import Preference, Situation
+from launcher.engines.exllama_common.spec_checks import min_compute, needs_nvidia
+
+AMPERE = (8, 0)  # from here on ExLlamaV3 runs, and EXL2 is only an alternative
+
+
+def _prefer(situation: Situation) -> Preference | None:
+    """Tried on NVIDIA cards older than Ampere, where ExLlamaV3 cannot run, when the model fits in VRAM."""
+    machine = situation.machine
+    if not machine.nvidia_gpus or min_compute(machine) >= AMPERE:
+        return None
+    return Preference(
+        rank=30,
+        tiers=(("full_gpu",),),
+        reason=lambda won: "ExLlamaV2 + EXL2 still runs on this card (legacy: archived upstream).",
+    )
+
 
 SPEC = EngineSpec(
     name="exllamav2",
@@ -14,4 +30,5 @@ SPEC = EngineSpec(
     distribution="exllamav2",
     pip_extra="exllamav2",
     runs_on=lambda machine: needs_nvidia("ExLlamaV2", machine),
+    prefer=_prefer,
 )

@@ -14,6 +14,10 @@ import sys
 
 from launcher.engine_specs import EngineSpec
 from launcher.engine_specs.child import ChildArguments, ChildLaunch, ChildRequest
+from launcher.engine_specs.preference import Offer, Preference, Situation, is_datacenter
+from launcher.hardware.machine import Machine
+
+FP8_COMPUTE = (8, 9)  # Ada and Hopper: FP8 tensor cores
 
 
 def vllm_program() -> list[str] | None:
@@ -50,6 +54,35 @@ def cpu_kv_cache(request: ChildRequest) -> dict[str, str]:
     return {"VLLM_CPU_KVCACHE_SPACE": str(max(1, machine.memory.available // 4 // 2**30))}
 
 
+def _suits(machine: Machine) -> bool:
+    """Worth proposing on a datacenter NVIDIA node (for a team on a desktop its `prefer` proposes it)."""
+    return bool(machine.nvidia_gpus) and is_datacenter(machine)
+
+
+def _prefer(situation: Situation) -> Preference | None:
+    """First for a team or on a datacenter NVIDIA node, when the model fits on the GPUs: continuous
+    batching and paged KV serve many requests better than a desktop engine. Its option stands for SGLang
+    too (`launcher handoff` plans either): FP8 on Ada/Hopper, else AWQ, and the BF16 originals."""
+    nvidia = situation.machine.nvidia_gpus
+    if not nvidia or not (situation.team or situation.datacenter):
+        return None
+    fp8 = min(g.compute_capability or (0, 0) for g in nvidia) >= FP8_COMPUTE
+    why = "many users share it" if situation.team else "this is a datacenter GPU node"
+    model_id = situation.model_id
+    return Preference(
+        rank=0,
+        tiers=(("full_gpu",),),
+        reason=lambda won: (
+            f"vLLM or SGLang, because {why}: continuous batching, paged KV and tensor parallelism serve a team "
+            f"better than a desktop engine. `launcher handoff vllm {model_id}` writes the deployment for this "
+            f"machine (weights, tensor parallel, context, tool parsers), and with vLLM installed "
+            f"`launcher serve {model_id} --engine vllm` runs it behind the launcher's endpoint."
+        ),
+        offers=(Offer("fp8", "FP8") if fp8 else Offer("awq", "AWQ"), Offer("bf16", "BF16")),
+        label="vLLM / SGLang",
+    )
+
+
 SPEC = EngineSpec(
     name="vllm",
     label="vLLM",
@@ -60,7 +93,9 @@ SPEC = EngineSpec(
     pip_extra="vllm",
     tensor_parallel=True,
     sliding_cache="window",
+    suits=_suits,
     runs_as="child",
+    prefer=_prefer,
     child=ChildLaunch(
         program=vllm_program,
         arguments=vllm_arguments,
