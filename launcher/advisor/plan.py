@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from launcher.advisor.draft import local_draft
 from launcher.advisor.fit import VERDICT_RANK, FitResult, KvType, fit_model
@@ -44,6 +44,27 @@ def context_ladder(max_context: int, ladder: tuple[int, ...]) -> list[int]:
     then the rungs below it."""
     limit = min(max_context, ladder[0])
     return [limit, *(c for c in ladder if c < limit)]
+
+
+UNPLANNED_RESERVED_CONTEXT = 8192
+"""The rung an engine that reserves its whole KV cache at load takes when no plan sized it."""
+
+
+def unplanned_context(train_context: int, *, reserves_cache: bool) -> int:
+    """The context a load takes when its config leaves it open because no plan sized it (a direct
+    engine load; a model whose files lack the numbers to plan). An engine whose KV cache grows with
+    its sequences (MLX) takes the ladder's top: only long prompts pay for it. One that reserves
+    `context x parallel` cells up front (llama.cpp, ExLlama) takes UNPLANNED_RESERVED_CONTEXT, which
+    fits beside a small model on most machines. Never more than the model was trained on."""
+    return min(train_context, UNPLANNED_RESERVED_CONTEXT if reserves_cache else SERVE_CONTEXTS[0])
+
+
+def resolve_kv_type(setting: KvType | Literal["auto"] | None) -> KvType:
+    """The KV cache type a cache is sized and allocated with: the one `setting` names, else f16. The
+    one place "auto" becomes a type: `plan_local` (where None means "auto") takes f16 unless the q8_0
+    lever makes the model fit, and an "auto" that no plan resolved (a direct engine load, a model whose
+    files lack the numbers to plan) loads f16."""
+    return "f16" if setting is None or setting == "auto" else setting
 
 
 @dataclass(frozen=True)
@@ -131,7 +152,7 @@ def plan_local(
             weights,
             context=ctx,
             parallel=parallel,
-            kv_type=kv_type or "f16",
+            kv_type=resolve_kv_type(kv_type),
             use_gpu=use_gpu,
             allow_offload=allow_offload,
             sliding=sliding_cache(engine),

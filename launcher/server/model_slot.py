@@ -82,13 +82,15 @@ class ModelSlot:
     def serving(self) -> dict[str, object]:
         """What runs here, as the app and `launcher bench --calibrate` need it to predict for exactly
         these settings: the model file, its format, and the numbers it was loaded with."""
+        from launcher.advisor.plan import resolve_kv_type  # the advisor only when asked: it costs ~0.1 s to import
+
         info, config = self.model.info, self.config
         return {
             "model_path": info.path,
             "format": info.format,
             "context": info.context_length,
             "parallel": info.parallel,
-            "kv_cache_type": "f16" if config.kv_cache_type == "auto" else config.kv_cache_type,
+            "kv_cache_type": resolve_kv_type(config.kv_cache_type),
             "gpu_layers": config.gpu_layers,
             "threads": config.threads,
         }

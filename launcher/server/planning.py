@@ -81,6 +81,7 @@ def plan(config: ServeConfig, machine: Machine | None = None) -> ServeSetup:
     if config.served_name:
         model = replace(model, name=config.served_name)
     from launcher.advisor import plan_for_config
+    from launcher.advisor.plan import resolve_kv_type
     from launcher.catalog.gguf_meta import read_gguf_metadata
     from launcher.engine_specs import engine_status, engines_for_format, get_spec
     from launcher.hardware.probe import probe_machine
@@ -106,8 +107,7 @@ def plan(config: ServeConfig, machine: Machine | None = None) -> ServeSetup:
         if config.engine == AUTO_ENGINE and chosen is None:
             raise ModelFormatError(in_context(f"No engine runs {model.name} ({model.format})", engines.why_none()))
         engine = chosen.name if config.engine == AUTO_ENGINE and chosen else config.engine
-        kv_type = "f16" if config.kv_cache_type == "auto" else config.kv_cache_type
-        filled = config.model_copy(update={"engine": engine, "kv_cache_type": kv_type})
+        filled = config.model_copy(update={"engine": engine, "kv_cache_type": resolve_kv_type(config.kv_cache_type)})
         # No numbers to fit with: the weights and a tenth for the cache and buffers are the best guess.
         needed = int(weights * 1.1)
         return ServeSetup(model, engine, f"{engine} runs {model.format.upper()} models", filled, needed)

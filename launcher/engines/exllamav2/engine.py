@@ -90,7 +90,7 @@ class V2Backend(GeneratorBackend):
 
     lazy_constraints = True  # our own filter (_filter.py) waits for the trigger (never run on a GPU yet)
 
-    def __init__(self, runtime: V2Runtime, files: HfModelFiles, plan: CachePlan, kv_cache_type: str) -> None:
+    def __init__(self, runtime: V2Runtime, files: HfModelFiles, plan: CachePlan) -> None:
         ex, torch = runtime.exllamav2, runtime.torch
         self._gen = runtime.generator
         self._torch = torch
@@ -106,7 +106,8 @@ class V2Backend(GeneratorBackend):
         config.max_seq_len = plan.context
         config.arch_compat_overrides()
         self._model = ex.ExLlamaV2(config)
-        cache_class = {"q8_0": ex.ExLlamaV2Cache_Q8, "q4_0": ex.ExLlamaV2Cache_Q4}.get(kv_cache_type, ex.ExLlamaV2Cache)
+        caches = {"f16": ex.ExLlamaV2Cache, "q8_0": ex.ExLlamaV2Cache_Q8, "q4_0": ex.ExLlamaV2Cache_Q4}
+        cache_class = caches[plan.kv_type]
         # Unpaged mode needs a batch-1 cache of exactly one sequence (generator/dynamic.py, paged=False).
         self._cache = cache_class(self._model, max_seq_len=plan.cache_tokens if paged else plan.context, lazy=True)
         try:
@@ -198,4 +199,4 @@ class ExLlamaV2Engine(ExLlamaEngineBase):
         return config.parallel
 
     def _build_backend(self, files: HfModelFiles, plan: CachePlan, config: ServeConfig) -> V2Backend:
-        return V2Backend(self._runtime(), files, plan, config.kv_cache_type)
+        return V2Backend(self._runtime(), files, plan)

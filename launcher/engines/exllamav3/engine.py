@@ -66,15 +66,15 @@ def import_runtime() -> V3Runtime:
 class V3Backend(GeneratorBackend):
     """An EXL3 model, its paged cache and the dynamic generator (called from the scheduler thread)."""
 
-    def __init__(self, runtime: V3Runtime, files: HfModelFiles, plan: CachePlan, kv_cache_type: str) -> None:
+    def __init__(self, runtime: V3Runtime, files: HfModelFiles, plan: CachePlan) -> None:
         ex, torch = runtime.exllamav3, runtime.torch
         self._ex = ex
         self.version = str(getattr(ex, "__version__", "unknown"))
         config = ex.Config.from_directory(str(files.directory))
         self._model = ex.Model.from_config(config)
         cache_kwargs: dict[str, Any] = {}
-        if kv_cache_type in _KV_BITS:
-            bits = _KV_BITS[kv_cache_type]
+        if plan.kv_type in _KV_BITS:  # f16: the default cache layer
+            bits = _KV_BITS[plan.kv_type]
             cache_kwargs = {"layer_type": ex.CacheLayer_quant, "k_bits": bits, "v_bits": bits}
         # The cache exists before load() so the autosplit / tensor-parallel split accounts for it.
         self._cache = ex.Cache(self._model, max_num_tokens=plan.cache_tokens, **cache_kwargs)
@@ -166,4 +166,4 @@ class ExLlamaV3Engine(ExLlamaEngineBase):
         )
 
     def _build_backend(self, files: HfModelFiles, plan: CachePlan, config: ServeConfig) -> V3Backend:
-        return V3Backend(self._runtime(), files, plan, config.kv_cache_type)
+        return V3Backend(self._runtime(), files, plan)

@@ -13,9 +13,10 @@ import re
 from functools import partial
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from launcher.advisor.fit import KvType, kv_cache_bytes
+from launcher.advisor.plan import resolve_kv_type, unplanned_context
 from launcher.core.child_process import launcher_command
 from launcher.core.config import ServeConfig
 from launcher.core.errors import ConfigError, EngineError, ModelDoesNotFitError, ModelFormatError, ModelNotFoundError
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("launcher.engines.llamacpp")
 
-DEFAULT_CONTEXT = 8192  # per sequence, when neither the user nor the advisor chose one
 BATCH_TOKENS = 512  # tokens per llama_decode step: bounds how long one step can stall the others
 _ALL_LAYERS = 999
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml_type ids
@@ -95,11 +95,6 @@ class LlamaCppEngine:
 def _version() -> str:
     """llama-cpp-python's version, from its metadata (the bindings module the engine loads has none)."""
     return SPEC.installed_version() or "unknown"
-
-
-def _kv_type(config: ServeConfig) -> str:
-    """The KV element type to allocate: "auto" that no plan resolved (a direct engine load) is f16."""
-    return "f16" if config.kv_cache_type == "auto" else config.kv_cache_type
 
 
 def _backend_name(system_info: str) -> str:
@@ -160,7 +155,7 @@ def _build(
     config: ServeConfig,
 ) -> LlamaCppModel:
     train_context = int(llama_cpp.llama_model_n_ctx_train(model_pointer))
-    context = config.context or min(train_context, DEFAULT_CONTEXT)
+    context = config.context or unplanned_context(train_context, reserves_cache=True)
     if context > train_context:
         log.warning("context %d is beyond the %d tokens this model was trained on", context, train_context)
     parallel = config.parallel
@@ -179,7 +174,7 @@ def _build(
     # cost 1.7 GB more RSS for the starter at 32k x 4.
     params.swa_full = False
     params.no_perf = True
-    kv_type = _kv_type(config)
+    kv_type = resolve_kv_type(config.kv_cache_type)
     params.type_k = params.type_v = _KV_TYPES[kv_type]
     if kv_type != "f16":
         params.flash_attn_type = _FLASH_ATTN_ENABLED  # llama.cpp needs flash attention for a quantized V cache
@@ -353,7 +348,7 @@ def _allocated_bytes(context_log: list[str], kind: str) -> int:
     return int(sum(sizes) * MIB)
 
 
-def _planned_kv_bytes(path: Path, context: int, parallel: int, kv_type: str) -> int:
+def _planned_kv_bytes(path: Path, context: int, parallel: int, kv_type: KvType) -> int:
     """The advisor's KV cache size for this load, when llama.cpp's log did not say what it allocated
     (0 when the file lacks the numbers)."""
     from launcher.catalog.gguf_meta import read_gguf_metadata  # reads the file again: only when the log was silent
@@ -361,7 +356,7 @@ def _planned_kv_bytes(path: Path, context: int, parallel: int, kv_type: str) -> 
     architecture = read_gguf_metadata(path).to_architecture()
     if architecture is None:
         return 0
-    return kv_cache_bytes(architecture, context, parallel, cast(KvType, kv_type), sliding=SPEC.sliding_cache)
+    return kv_cache_bytes(architecture, context, parallel, kv_type, sliding=SPEC.sliding_cache)
 
 
 def _default_threads() -> int:

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from launcher.advisor.plan import unplanned_context
 from launcher.core.config import ServeConfig
 from launcher.core.errors import ConfigError, EngineUnavailableError, ModelFormatError, ModelNotFoundError
 from launcher.core.model_types import LocalModel
@@ -33,9 +34,6 @@ from launcher.hardware.machine import Machine
 
 log = logging.getLogger("launcher.engines.mlx")
 
-# MLX allocates KV memory as sequences grow (nothing is reserved up front), so the default
-# context can be roomy: enough for coding agents, which need 25-32k tokens.
-DEFAULT_CONTEXT = 32768
 _DTYPE_LABELS = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 _DTYPE_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
 
@@ -94,7 +92,9 @@ class MlxEngine:
             return Loaded(model=loaded_model, tokenizer=tokenizer, config=loaded_config, draft=draft)
 
         train_context = _int(model_config.get("max_position_embeddings")) or 4096
-        context = config.context or min(train_context, DEFAULT_CONTEXT)
+        # MLX allocates KV memory as sequences grow (nothing is reserved up front), so a context no
+        # plan chose can be roomy: enough for coding agents, which need 25-32k tokens.
+        context = config.context or unplanned_context(train_context, reserves_cache=False)
         if context > train_context:
             log.warning("context %d is beyond the %d tokens this model was trained on", context, train_context)
         quant = _quant_label(model_config) or model.quant
