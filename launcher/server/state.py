@@ -3,7 +3,7 @@
 A server started with a MODEL (or none, and no presets: the starter) loads it on a background
 thread (the app shows /health 503 "loading" meanwhile); requests for it wait for that load, while
 the library's other models load by name on request. A server with presets and no MODEL has nothing
-to wait for at start; one that runs a vLLM or SGLang child waits for the child's /health the same
+to wait for at start; one that runs a child engine waits for the child's /health the same
 way (`prepare`).
 """
 
@@ -45,7 +45,7 @@ class ServerState:
     draining: bool = False  # the server is stopping: no new generations
     stopping: asyncio.Event = field(default_factory=asyncio.Event)  # set with `draining`, for waits to end on
     remotes: Remotes = field(default_factory=Remotes)  # the upstream servers of remote models
-    prepare: Callable[[], Awaitable[None]] | None = None  # what must be ready first (a vLLM child's start)
+    prepare: Callable[[], Awaitable[None]] | None = None  # what must be ready first (a child engine's load)
 
     @property
     def startup_slot(self) -> ModelSlot | None:
