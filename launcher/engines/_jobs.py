@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 
 from launcher.engines._streaming import StreamJob
-from launcher.engines.base import GenerationEvent, GenerationRequest, QueueFullError
+from launcher.engines.base import GenerationEvent, GenerationRequest, PromptFault, QueueFullError
 
 
 @dataclass
@@ -44,38 +44,47 @@ class PromptCheck:
 
     request: GenerationRequest  # max_tokens bounded by the room the context leaves after the prompt
     problem: str | None  # the client's mistake, in words that say what to change; None: it can run
+    fault: PromptFault | None = None  # set for an empty or over-long prompt: the server's API error says so
 
 
 def check_prompt(request: GenerationRequest, *, vocab_size: int, context: int) -> PromptCheck:
-    """The one check every engine makes before queueing, so a bad request fails at once, the same way
-    everywhere, and no sequence outgrows its share of the context (`context` tokens per request)."""
-    problem = _prompt_problem(request, vocab_size=vocab_size, context=context)
+    """The one prompt check: every engine makes it before queueing, so a bad request fails at once, the
+    same way everywhere, and no sequence outgrows its share of the context (`context` tokens per
+    request). The server does not check again: it answers with the refusal (`refusal`)."""
+    problem, fault = _prompt_problem(request, vocab_size=vocab_size, context=context)
     room = context - len(request.prompt_tokens)
     if problem is None and request.max_tokens > room:
         request = dataclasses.replace(request, max_tokens=room)
-    return PromptCheck(request=request, problem=problem)
+    return PromptCheck(request=request, problem=problem, fault=fault)
 
 
-def _prompt_problem(request: GenerationRequest, *, vocab_size: int, context: int) -> str | None:
+def _prompt_problem(
+    request: GenerationRequest, *, vocab_size: int, context: int
+) -> tuple[str | None, PromptFault | None]:
     prompt = request.prompt_tokens
     if not prompt:
-        return "the prompt is empty"
+        return "the prompt is empty", PromptFault("empty", context)
     if vocab_size and (min(prompt) < 0 or max(prompt) >= vocab_size):
-        return f"the prompt has token ids outside this model's vocabulary (0..{vocab_size - 1})"
-    if len(prompt) >= context:
-        return (
+        return f"the prompt has token ids outside this model's vocabulary (0..{vocab_size - 1})", None
+    if len(prompt) >= context:  # the reply needs at least one token of room
+        too_long = (
             f"the prompt is {len(prompt)} tokens but the context is {context} tokens per "
             "request: shorten the prompt or restart the server with a larger --context"
         )
+        return too_long, PromptFault("too_long", context)
     if request.max_tokens < 1:
-        return "max_tokens must be at least 1"
-    return None
+        return "max_tokens must be at least 1", None
+    return None, None
 
 
-def refusal(request: GenerationRequest, problem: str) -> GenerationEvent:
+def refusal(request: GenerationRequest, problem: str, fault: PromptFault | None = None) -> GenerationEvent:
     """The single event of a request the engine refuses for `problem` (answered with a 400)."""
     return GenerationEvent(
-        finish_reason="error", error=problem, prompt_tokens=len(request.prompt_tokens), request_error=True
+        finish_reason="error",
+        error=problem,
+        prompt_tokens=len(request.prompt_tokens),
+        request_error=True,
+        prompt_fault=fault,
     )
 
 

@@ -29,7 +29,14 @@ from typing import Generic, Protocol, TypeVar
 
 from launcher.engines._jobs import UNLOADED, EventOutbox, RequestPace, Tally, refusal
 from launcher.engines._streaming import EventStream, StreamJob
-from launcher.engines.base import EngineStats, FinishReason, GenerationEvent, GenerationRequest, TokenLogprob
+from launcher.engines.base import (
+    EngineStats,
+    FinishReason,
+    GenerationEvent,
+    GenerationRequest,
+    PromptFault,
+    TokenLogprob,
+)
 
 UNLOADED_WHILE_OPEN = "the model was unloaded"
 """The error of a request still running or waiting when the model is closed."""
@@ -77,11 +84,14 @@ class SchedulerThread(ABC, Generic[JobT]):
         """Start the scheduler thread."""
         self._thread.start()
 
-    def stream(self, job: JobT, problem: str | None = None, *, closed: bool = False) -> EventStream:
-        """`job`'s events: queued for the thread, or a single refusal for `problem` (or UNLOADED once
-        the model is `closed`) without queueing. Raises QueueFullError when too many already wait."""
+    def stream(
+        self, job: JobT, problem: str | None = None, *, closed: bool = False, fault: PromptFault | None = None
+    ) -> EventStream:
+        """`job`'s events: queued for the thread, or a single refusal for `problem` (`fault`: the prompt
+        check's, `_jobs.PromptCheck`) or UNLOADED once the model is `closed`, without queueing. Raises
+        QueueFullError when too many already wait."""
         if closed or problem is not None:
-            job.queue.put_nowait(UNLOADED if closed else refusal(job.request, problem or ""))
+            job.queue.put_nowait(UNLOADED if closed else refusal(job.request, problem or "", fault))
             return EventStream(job, None)
         self.submit(job)
         return EventStream(job, self)

@@ -158,7 +158,11 @@ class SamplingParams:
 
 @dataclass
 class GenerationRequest:
-    """One request handed to the engine: prompt tokens in, tokens out."""
+    """One request handed to the engine: prompt tokens in, tokens out.
+
+    `max_tokens` is what the caller allows; the engine bounds it by the room the prompt leaves in the
+    context (`engines._jobs.check_prompt`), so a caller with no limit of its own passes the context.
+    """
 
     prompt_tokens: list[int]
     max_tokens: int
@@ -189,6 +193,16 @@ FinishReason = Literal["stop", "length", "cancelled", "error"]
 
 
 @dataclass(frozen=True)
+class PromptFault:
+    """Which prompt check a refused request failed (`engines._jobs.check_prompt`, the one every engine
+    makes), so the server can answer as the hosted APIs do: clients act on an over-long prompt's
+    `context_length_exceeded` (they shorten the conversation and retry) where any other 400 is final."""
+
+    kind: Literal["empty", "too_long"]
+    context: int  # the tokens per request the prompt was checked against
+
+
+@dataclass(frozen=True)
 class GenerationEvent:
     """A step of generation. `text` is the decoded piece (UTF-8 safe: partial characters are held back).
 
@@ -211,6 +225,7 @@ class GenerationEvent:
     # The engine refused the request as asked (bad token ids, a constraint it cannot compile): the
     # client's mistake, which the server answers with a 400, not a 500.
     request_error: bool = False
+    prompt_fault: PromptFault | None = None  # a refusal for the prompt's size: which check it failed
 
 
 @dataclass(frozen=True)
@@ -271,7 +286,12 @@ class LoadedModel(Protocol):
         ...
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
-        """Stream events for one request; raises QueueFullError when the queue is full."""
+        """Stream events for one request; raises QueueFullError when the queue is full.
+
+        The prompt is checked here, not by the caller (`engines._jobs.check_prompt`: empty, over the
+        context, ids outside the vocabulary; `max_tokens` bounded by the room left): a request that
+        cannot run gets one refusal event (`_jobs.refusal`), and the server answers with it.
+        """
         ...
 
     async def embed(self, texts: list[str]) -> list[list[float]]:

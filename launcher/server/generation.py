@@ -1,8 +1,9 @@
 """The shared generation driver: tokens in, text pieces out, with stop strings, usage and metrics.
 
-Every endpoint goes through `start_generation`: it checks the prompt against the context (a 400
-before any stream starts) and hands it to the engine (a full queue is a 429 before any stream
-starts). A request the engine refuses outright also fails before the stream, but the first token
+Every endpoint goes through `start_generation`: it hands the prompt to the engine (a full queue is
+a 429 before any stream starts), whose one prompt check (`engines._jobs.check_prompt`: empty, over
+the context) refuses what cannot run and bounds max_tokens by the room left; such a refusal is a
+400 before any stream starts, an over-long prompt in the hosted APIs' words. The first token
 is not awaited: reading a long prompt takes seconds to minutes, and a streaming client must get
 its headers and first event at once, then keep-alives, not silence. Iterating the `Generation`
 yields `Chunk`s and one final `Finish`.
@@ -51,7 +52,9 @@ MAX_BYTES_PER_TOKEN = 256
 
 @dataclass
 class GenerationSettings:
-    """What one request asks of the generation, whatever API it arrived on."""
+    """What one request asks of the generation, whatever API it arrived on: the engine's options (as
+    `GenerationRequest` names them), the client's length limit (None: none) and the stop strings,
+    which are matched here, not by engines."""
 
     max_tokens: int | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -99,10 +102,24 @@ class Finish:
 
 
 def failure(error: str | None, *, request_error: bool) -> ApiError:
-    """The HTTP error for a generation that failed before any output."""
+    """The HTTP error for a generation that failed before any output (see `refused` for a refusal event)."""
     if request_error:
         return bad_request(in_context("The request cannot run", error or "refused by the engine"))
     return ApiError(500, f"Generation failed: {error or 'engine error'}")
+
+
+def refused(event: GenerationEvent) -> ApiError:
+    """The HTTP error for the engine's refusal of a request (its single, final event): an empty or
+    over-long prompt as the hosted APIs answer it, anything else as `failure`."""
+    fault = event.prompt_fault
+    if fault is not None and fault.kind == "empty":
+        return bad_request("The prompt is empty.", param="messages")
+    if fault is not None:
+        return _too_long(
+            f"{event.prompt_tokens} tokens, and the model's maximum context length is {fault.context} tokens "
+            "for prompt and reply together"
+        )
+    return failure(event.error, request_error=event.request_error)
 
 
 # What a client should wait before retrying a reply cut by a stopping server: about as long as a
@@ -160,10 +177,12 @@ class Generation:
         stops: list[str],
         metrics: ModelMetrics,
         started: float,
-        capped: bool = False,
+        output_cap: int | None = None,
+        context: int = 0,
     ) -> None:
         self.prompt_tokens = prompt_tokens
-        self._capped = capped  # the server's --max-output-tokens set the limit
+        self._output_cap = output_cap  # the server's --max-output-tokens, where it is below the client's limit
+        self._context = context  # the model's context per request
         self._stream = stream
         self._first: asyncio.Future[GenerationEvent] | None = first  # the engine's first event, maybe pending
         self._first_event = first  # kept after it is read: `prompt_read` waits on it
@@ -248,8 +267,12 @@ class Generation:
             if event.finish_reason is not None:
                 if pending:
                     yield Chunk(pending, tuple(pending_logprobs))
-                reason = "stop" if event.finish_reason == "length" and self._capped else event.finish_reason
-                yield Finish(reason, self._usage(event, cached), error=event.error, request_error=event.request_error)
+                usage = self._usage(event, cached)
+                reason = (
+                    "stop" if event.finish_reason == "length" and self._ended_by_cap(usage) else event.finish_reason
+                )
+                refusal = refused(event) if event.prompt_fault is not None else None
+                yield Finish(reason, usage, error=event.error, request_error=event.request_error, refused=refusal)
                 await self.aclose()
                 return
             hold = _held_back(pending, self._stops) if self._stops else 0
@@ -261,6 +284,12 @@ class Generation:
         if pending:
             yield Chunk(pending)
         yield Finish("stop", Usage(self.prompt_tokens, self._completion_tokens, cached))
+
+    def _ended_by_cap(self, usage: Usage) -> bool:
+        """Whether the server's --max-output-tokens ended a reply that ran to its length: it reached the
+        cap with room still left in the context (a reply that filled the context ends as "length")."""
+        cap = self._output_cap
+        return cap is not None and usage.completion_tokens >= cap and usage.total_tokens < self._context
 
     def _usage(self, event: GenerationEvent, cached: int) -> Usage:
         completion = max(event.completion_tokens, self._completion_tokens)
@@ -369,7 +398,8 @@ async def start_generation(
     live: weakref.WeakSet[Generation] | None = None,
     checkpoint_hints: tuple[int, ...] = (),
 ) -> Generation:
-    """Start generating; raises ApiError 400 (prompt too long) or 429 (queue full) before any output.
+    """Start generating; raises ApiError 400 (the engine refused the prompt: empty, too long) or 429
+    (queue full) before any output.
 
     `output_cap` is the server's own limit (--max-output-tokens). A reply it ends finishes as
     "stop", not "length": the client asked for more, and an agent told its reply was cut short
@@ -378,20 +408,14 @@ async def start_generation(
     """
     context = model.info.context_length
     count = len(prompt_tokens)
-    if count == 0:
-        raise bad_request("The prompt is empty.", param="messages")
-    if count >= context:  # the reply needs at least one token of room
-        raise _too_long(
-            f"{count} tokens, and the model's maximum context length is {context} tokens for prompt and reply together"
-        )
-    room = context - count
-    limit = room if settings.max_tokens is None else min(settings.max_tokens, room)
-    capped = False
-    if output_cap is not None and output_cap < limit:
-        limit, capped = output_cap, True
+    limit = settings.max_tokens
+    if output_cap is not None and (limit is None or output_cap < limit):
+        limit = output_cap
+    else:
+        output_cap = None  # the client's own limit is the lower one: a reply it ends is "length"
     request = GenerationRequest(
         prompt_tokens=prompt_tokens,
-        max_tokens=limit,
+        max_tokens=context if limit is None else limit,  # the engine bounds it by the room the prompt leaves
         sampling=settings.sampling,
         constraint=settings.constraint,
         logprobs=settings.logprobs,
@@ -419,17 +443,24 @@ async def start_generation(
             code="queue_full",
             headers={"Retry-After": str(max(1, math.ceil(err.retry_after_s)))},
         ) from err
-    refused = first.result() if first.done() else None
-    if refused is not None and refused.finish_reason in ("error", "cancelled") and not refused.token_ids:
+    refusal = first.result() if first.done() else None
+    if refusal is not None and refusal.finish_reason in ("error", "cancelled") and not refusal.token_ids:
         closer = getattr(stream, "aclose", None)
         if closer is not None:
             await closer()
-        if refused.finish_reason == "cancelled":  # the model was unloaded under the request
+        if refusal.finish_reason == "cancelled":  # the model was unloaded under the request
             raise ApiError(503, "The model is not loaded any more; retry shortly.", headers={"Retry-After": "2"})
-        raise failure(refused.error, request_error=refused.request_error)
+        raise refused(refusal)
     metrics.prompt_tokens.inc(count)
     generation = Generation(
-        stream, first, prompt_tokens=count, stops=settings.stops, metrics=metrics, started=started, capped=capped
+        stream,
+        first,
+        prompt_tokens=count,
+        stops=settings.stops,
+        metrics=metrics,
+        started=started,
+        output_cap=output_cap,
+        context=context,
     )
     if live is not None:  # the server's running generations, ended properly when it stops
         live.add(generation)

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from launcher.engines._jobs import check_prompt, refusal
 from launcher.engines.base import (
     EngineStats,
     GenerationEvent,
@@ -77,11 +78,15 @@ class FakeModel:
         return "".join(chr(t) for t in tokens)
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
-        """Stream the scripted reply."""
+        """Stream the scripted reply, after the prompt check every engine makes (a refused request is
+        neither run nor recorded)."""
+        checked = check_prompt(request, vocab_size=self.info.vocab_size, context=self.info.context_length)
+        if checked.problem is not None:
+            return _single(refusal(request, checked.problem, checked.fault))
         if self.queue_full:
             raise QueueFullError(retry_after_s=2.0)
-        self.requests.append(request)
-        return self._run(request)
+        self.requests.append(checked.request)
+        return self._run(checked.request)
 
     async def _run(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
         text = self.reply(self.detokenize(request.prompt_tokens))
@@ -120,3 +125,7 @@ class FakeModel:
     def close(self) -> None:
         """Nothing to free."""
         self.closed = True
+
+
+async def _single(event: GenerationEvent) -> AsyncIterator[GenerationEvent]:
+    yield event

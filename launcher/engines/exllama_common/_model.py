@@ -87,7 +87,7 @@ class ExLlamaModel:
         )
         job = Job(request=checked.request, spec=spec, loop=asyncio.get_running_loop(), queue=asyncio.Queue())
         job.spec = dataclasses.replace(spec, identifier=job)
-        return self._scheduler.stream(job, problem, closed=self._closed)
+        return self._scheduler.stream(job, problem, closed=self._closed, fault=checked.fault)
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         """ExLlama models are text generators: always raises EngineError."""

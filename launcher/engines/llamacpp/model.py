@@ -206,7 +206,7 @@ class LlamaCppModel:
             # end of generation, and a token it refuses would abort llama.cpp
             admitted = dataclasses.replace(admitted, ignore_eos=False)
         job = Job(request=admitted, prompt=prompt, grammar=grammar, loop=loop, queue=asyncio.Queue())
-        return self._scheduler.stream(job, problem, closed=self._closed)
+        return self._scheduler.stream(job, problem, closed=self._closed, fault=checked.fault)
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         """Mean/CLS-pooled, L2-normalised embeddings; raises EngineError if this model cannot embed."""

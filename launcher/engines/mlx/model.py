@@ -79,7 +79,7 @@ class MlxModel:
             except ConstraintError as err:
                 problem = str(err)
         job = Job(request=checked.request, loop=asyncio.get_running_loop(), queue=asyncio.Queue(), grammar=grammar)
-        return self._scheduler.stream(job, problem, closed=self._closed)
+        return self._scheduler.stream(job, problem, closed=self._closed, fault=checked.fault)
 
     def _compile(self, constraint: Constraint) -> GrammarProcessor:
         """A grammar processor for one request (milliseconds: schemas are bounded, the token table is
