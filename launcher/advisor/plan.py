@@ -122,7 +122,7 @@ def plan_local(
     context, before a smaller context is tried.
     """
     if engine is None:
-        engines = engines_for_format(fmt, status=status)
+        engines = engines_for_format(fmt, status=status, in_process=True)
         candidates = engines.usable or engines.all
         if not candidates:
             raise ModelFormatError(in_context(f"No engine runs {fmt} models", engines.why_none()))

@@ -18,15 +18,16 @@ from launcher.core.errors import CatalogError, ModelFormatError, ModelNotFoundEr
 from launcher.core.model_types import LocalModel
 
 
-def resolve_model(spec: str) -> LocalModel:
-    """The LocalModel for SPEC; raises ModelNotFoundError saying what exists instead."""
+def resolve_model(spec: str, entries: list[library.LibraryEntry] | None = None) -> LocalModel:
+    """The LocalModel for SPEC; raises ModelNotFoundError saying what exists instead. `entries`: the
+    library as a scan the caller already made (`library.scan_library()`), looked in instead of a new one."""
     spec = spec.strip()
     if spec in ("", "starter"):
         return starter.starter_model()
     path = Path(spec).expanduser()
     if _looks_like_path(spec) or path.exists():
         return resolve_path(path)
-    entries = library.scan_library()
+    entries = library.scan_library() if entries is None else entries
     entry = library.find_entry(spec, entries)
     if entry is not None:
         if entry.source == "starter":

@@ -297,18 +297,24 @@ def engines_for_format(
     *,
     status: EngineStatus | None = None,
     only: Iterable[str] | None = None,
+    in_process: bool = False,
 ) -> FormatEngines:
     """Which engines run `fmt` here, and why not the others: the one answer to that question.
 
     With `machine`, each engine is checked on it; with `status`, that answer is used (the advisor
     is handed one); with neither, every engine for the format counts (advice for a machine this
-    process knows nothing about). `only` narrows the engines considered (`--engine`).
+    process knows nothing about). `only` narrows the engines considered (`--engine`); `in_process`
+    leaves out the engines that run as a child server: a load the advisor picks the engine for runs
+    in this process, and a child engine, which serves one model with a plan of its own, runs only
+    when it is named (`--engine NAME`).
     """
     wanted = set(only) if only is not None else None
     usable: list[EngineSpec] = []
     unusable: list[tuple[EngineSpec, str]] = []
     for spec in specs():
         if fmt not in spec.formats or (wanted is not None and spec.name not in wanted):
+            continue
+        if in_process and spec.runs_as != "in_process":
             continue
         if status is not None:
             reason = status.get(spec.name, "not registered")

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from launcher.catalog.library import LibraryEntry
 
 
 def file_key(path: Path) -> Path:
@@ -25,12 +29,13 @@ class LibraryModels:
     same_files: dict[str, str] = field(default_factory=dict)  # library name -> the name it is served under
 
 
-def library_models(served_files: dict[Path, str]) -> LibraryModels:
-    """The library as a server that serves `served_files` (file_key -> name) loads it."""
+def library_models(served_files: dict[Path, str], entries: list[LibraryEntry] | None = None) -> LibraryModels:
+    """The library as a server that serves `served_files` (file_key -> name) loads it (`entries`: a scan
+    of it already made; None: scan it now)."""
     from launcher.catalog.library import scan_library
 
     found = LibraryModels()
-    for entry in scan_library():
+    for entry in scan_library() if entries is None else entries:
         if not entry.servable:
             continue
         served_as = served_files.get(file_key(entry.model.path))

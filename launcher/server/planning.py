@@ -38,11 +38,12 @@ class ServeSetup:
     needed_bytes: int  # what the advisor's fit says the load takes, all devices together
 
 
-def resolve(spec: str) -> LocalModel:
-    """The model a user named (path, catalog id, library name, "" or "starter")."""
+def resolve(spec: str, library: list[LibraryEntry] | None = None) -> LocalModel:
+    """The model a user named (path, catalog id, library name, "" or "starter"); `library`: the local
+    library as a scan already made (None: scanned when the name needs it)."""
     from launcher.catalog.resolve import resolve_model
 
-    return resolve_model(spec)
+    return resolve_model(spec, library)
 
 
 def _fit_message(model: LocalModel, fit: FitResult) -> str:
@@ -70,14 +71,15 @@ def _directory_facts(path: Path) -> tuple[Architecture | None, int]:
     return (detected.architecture if detected else None), weights
 
 
-def plan(config: ServeConfig, machine: Machine | None = None) -> ServeSetup:
-    """Resolve the model and let the advisor fill what the config left open (`machine`: probed if None).
+def plan(config: ServeConfig, machine: Machine | None = None, library: list[LibraryEntry] | None = None) -> ServeSetup:
+    """Resolve the model and let the advisor fill what the config left open (`machine`: probed if None;
+    `library`: the local library as a scan the caller already made, so it is not scanned again here).
 
     What is set stays: the app sends the decision its model list showed (engine, context, GPU
     layers, KV cache type), so this only checks that it fits; `launcher serve MODEL` alone gets
     the same decision made here, by the same function.
     """
-    model = resolve(config.model)
+    model = resolve(config.model, library)
     if config.served_name:
         model = replace(model, name=config.served_name)
     from launcher.advisor import plan_for_config
@@ -102,7 +104,7 @@ def plan(config: ServeConfig, machine: Machine | None = None) -> ServeSetup:
         arch, weights = _directory_facts(model.path)
     machine = machine or probe_machine()
     if arch is None:  # config.json without the numbers the advisor needs: the format decides alone
-        engines = engines_for_format(model.format, machine)
+        engines = engines_for_format(model.format, machine, in_process=True)
         chosen = engines.first or (engines.all[0] if engines.all else None)
         if config.engine == AUTO_ENGINE and chosen is None:
             raise ModelFormatError(in_context(f"No engine runs {model.name} ({model.format})", engines.why_none()))
@@ -114,7 +116,7 @@ def plan(config: ServeConfig, machine: Machine | None = None) -> ServeSetup:
     # Cheap engine checks only (hardware, installed): asking a runtime imports it, and MLX alone
     # costs a server ~28 MB that will never run it.
     # The library, for the catalog's draft model when a copy is downloaded (never fetched from here).
-    library = _library_for_draft(model, config)
+    drafts = _library_for_draft(model, config, library)
     serve_plan = plan_for_config(
         machine,
         model.format,
@@ -123,7 +125,7 @@ def plan(config: ServeConfig, machine: Machine | None = None) -> ServeSetup:
         config,
         engine_status(machine),
         catalog_id=model.catalog_id,
-        library=library,
+        library=drafts,
     )
     if not serve_plan.fit.fits:
         raise ModelDoesNotFitError(_fit_message(model, serve_plan.fit))
@@ -131,9 +133,12 @@ def plan(config: ServeConfig, machine: Machine | None = None) -> ServeSetup:
     return ServeSetup(model, serve_plan.engine, serve_plan.reason, filled, serve_plan.fit.with_draft_bytes)
 
 
-def _library_for_draft(model: LocalModel, config: ServeConfig) -> list[LibraryEntry] | None:
+def _library_for_draft(
+    model: LocalModel, config: ServeConfig, library: list[LibraryEntry] | None
+) -> list[LibraryEntry] | None:
     """The local library when the advisor may pick a draft model for `model` (one of the catalog's with
-    a draft, no --draft given, speculation that uses one); None otherwise, sparing the scan."""
+    a draft, no --draft given, speculation that uses one): `library` when the caller scanned it, else a
+    scan now; None otherwise, sparing the scan."""
     from launcher.catalog.catalog import default_catalog
     from launcher.catalog.library import scan_library
 
@@ -141,4 +146,6 @@ def _library_for_draft(model: LocalModel, config: ServeConfig) -> list[LibraryEn
         return None
     if default_catalog().draft_for(model.catalog_id) is None:
         return None
+    if library is not None:
+        return [entry for entry in library if entry.source != "starter"]
     return scan_library(include_starter=False)

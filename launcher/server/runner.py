@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import uvicorn
     from starlette.applications import Starlette
 
+    from launcher.catalog.library import LibraryEntry
     from launcher.engines.child.engine import ChildPlan
     from launcher.hardware.machine import Machine
     from launcher.server.state import ServerState
@@ -133,7 +134,12 @@ def _free_memory(machine: Machine) -> int:
 
 
 def _pool_for(
-    config: ServeConfig, first: ServeSetup | None, metrics: ServerMetrics, remotes: Remotes, served_remote: str | None
+    config: ServeConfig,
+    first: ServeSetup | None,
+    metrics: ServerMetrics,
+    remotes: Remotes,
+    served_remote: str | None,
+    scanned: list[LibraryEntry] | None = None,
 ) -> ModelPool:
     """The pool of a real server: loads planned by the advisor on the machine as it is at each load,
     the MODEL argument's (already planned by `serve`) first; `served_remote` is the MODEL argument
@@ -146,7 +152,7 @@ def _pool_for(
         if remotes.named(preset.model) is not None:
             continue
         try:
-            served_files.setdefault(file_key(resolve(preset.model).path), name)
+            served_files.setdefault(file_key(resolve(preset.model, scanned).path), name)
         except LauncherError as err:
             raise ConfigError(f"[models.{name}] model = {preset.model!r}: {err}") from err
 
@@ -154,7 +160,7 @@ def _pool_for(
         return [library_entry(config, name) for name in library_models(served_files).names]
 
     startup = first.model.name if first is not None else served_remote
-    library = library_models(served_files) if serves_library(config) else LibraryModels()
+    library = library_models(served_files, scanned) if serves_library(config) else LibraryModels()
     served_as = (config.model,) if config.model else ()
     names = server_names(config, startup, library.names, served_as, remotes, library.same_files)
     planned = {startup: first} if first is not None and startup is not None else {}
@@ -277,6 +283,7 @@ def _serve_with_child(config: ServeConfig, child: ChildPlan) -> int:
 
 
 def _serve(config: ServeConfig, planned: ChildPlan | None) -> int:
+    from launcher.catalog.library import scan_library
     from launcher.server.app import serving_app
     from launcher.server.state import ServerState
 
@@ -284,14 +291,17 @@ def _serve(config: ServeConfig, planned: ChildPlan | None) -> int:
     # MODEL, or the starter when neither MODEL nor a preset says what to serve (the library, on by
     # default, only adds models loaded on request); presets alone load everything on request.
     has_startup_model = (bool(config.model) or not config.presets) and served_remote is None
-    first = plan(config) if has_startup_model else None
+    # One scan of the local library for the start (each reads every model's header): it finds MODEL
+    # and the presets' models, and lists the library's models the server loads by name.
+    scanned = scan_library() if serves_library(config) else None
+    first = plan(config, library=scanned) if has_startup_model else None
     # Other models are planned from the settings as given, not from the startup model's decision
     # (its context and GPU layers would not suit a model of another size).
     asked = config
     if first is not None:
         config = first.config
     metrics = ServerMetrics()
-    pool = _pool_for(asked, first, metrics, remotes, served_remote)
+    pool = _pool_for(asked, first, metrics, remotes, served_remote, scanned)
     state = ServerState(
         config=config,
         pool=pool,

@@ -25,6 +25,7 @@ from launcher.cli import build_parser
 from launcher.cli.serve import build_config
 from launcher.core.config import ServeConfig
 from launcher.core.server_records import READY_PREFIX
+from launcher.engine_specs import get_spec
 from launcher.hardware.probe import probe_machine
 from launcher.server import runner
 
@@ -80,6 +81,22 @@ def resolutions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 @pytest.fixture
+def scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One item per scan of the local library (each reads every model's header)."""
+    import launcher.catalog.library as library
+
+    counted: list[int] = []
+    real = library.scan_library
+
+    def scan_library(*args: Any, **kwargs: Any) -> Any:
+        counted.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(library, "scan_library", scan_library)
+    return counted
+
+
+@pytest.fixture
 def serving(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> Iterator[Callable[[ServeConfig], dict[str, Any]]]:
@@ -129,6 +146,7 @@ def test_the_apps_plan_is_what_the_engine_loads_and_the_server_only_checks_its_f
     tiny_gguf: Path,
     plans: Plans,
     resolutions: list[str],
+    scans: list[int],
     serving: Callable[[ServeConfig], dict[str, Any]],
 ) -> None:
     from launcher.catalog.library import add_imported
@@ -147,6 +165,7 @@ def test_the_apps_plan_is_what_the_engine_loads_and_the_server_only_checks_its_f
     ready = serving(as_the_app_passes_it(decided))
 
     assert resolutions == [entry.name]  # the server finds the file once
+    assert len(scans) == 1  # in one look at the library, which also lists the models it serves by name
     assert plans.decided == [False]  # one check of the fit, nothing decided again
     assert ready["model"] == entry.name and ready["engine"] == decided.engine
     loaded = ready["serving"]  # what the engine was loaded with
@@ -197,8 +216,10 @@ def test_an_engine_that_runs_as_a_child_is_named_by_the_app_and_planned_by_its_c
     pinned = ServeConfig(model="org/checkpoint", engine="vllm")
     assert model_rows.decided_config(row, machine, pinned) == pinned
 
-    # Where the advisor's own pick for the file is such an engine, the app names it and nothing more.
+    # The advisor's own pick never is such an engine (it runs only when named): with only vLLM usable the
+    # app plans an in-process engine, which then says why it cannot run, as `launcher serve FOLDER` does.
     only_vllm = {name: None if name == "vllm" else "not here" for name in ("llamacpp", "mlx", "vllm", "sglang")}
     monkeypatch.setattr(model_rows, "engine_status", lambda machine: only_vllm)
     form = ServeConfig(model="org/checkpoint")
-    assert model_rows.decided_config(row, machine, form) == form.model_copy(update={"engine": "vllm"})
+    decided = model_rows.decided_config(row, machine, form)
+    assert get_spec(decided.engine).runs_as == "in_process"
