@@ -5,7 +5,7 @@ It talks to the OpenAI-compatible `/v1/chat/completions` of the launcher's serve
 that speaks it) with plain httpx and server-sent events; no Qt here, so the page runs `run_turn` on a
 worker thread and answers `confirm` from its own thread. The tools go to the server as OpenAI `tools`,
 and the server renders them in the model's own template and parses the model's calls back into
-`delta.tool_calls` (launcher/server/routes_openai.py streams each call's id and name, then its
+`delta.tool_calls` (launcher/server/openai_api/routes_openai.py streams each call's id and name, then its
 arguments). Thinking arrives as `delta.reasoning_content`; the usage comes in a last chunk when
 `stream_options.include_usage` asks for it.
 """

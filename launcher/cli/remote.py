@@ -108,7 +108,7 @@ def _store(name: str, key: str) -> str:
 def _check(remote: Remote, key: str | None) -> str | None:
     """Ask the remote for its models and print them; returns why it did not answer (None: it did)."""
     from launcher.core.errors import ServerError
-    from launcher.server.upstream import Upstream, list_models
+    from launcher.server.upstreams.upstream import Upstream, list_models
 
     try:
         models = list_models(Upstream(remote.name, remote.url, key, prefix=remote.name + "/"))
@@ -154,7 +154,7 @@ def _list(args: argparse.Namespace) -> int:
 def _reachability(remote: Remote, key: str | None) -> dict[str, Any]:
     """Whether `remote` answers /v1/models, and what it lists."""
     from launcher.core.errors import ServerError
-    from launcher.server.upstream import Upstream, list_models
+    from launcher.server.upstreams.upstream import Upstream, list_models
 
     try:
         listed = list_models(Upstream(remote.name, remote.url, key, prefix=remote.name + "/"))

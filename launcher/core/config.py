@@ -161,7 +161,7 @@ class ServeConfig(BaseModel):
         "catalog id or library name; default: the advisor's pick when it is downloaded and fits)",
     )
 
-    # Serving several models (see launcher/server/model_pool.py): the library, presets, limits.
+    # Serving several models (see launcher/server/pool/model_pool.py): the library, presets, limits.
     # On by default, as LM Studio and Ollama load by name: a request naming a library model loads it
     # beside MODEL (or the starter) instead of being answered by it. Beside an engine that runs as a
     # child server it is off (the server's `serves_library`): such an engine runs its one model, and the

@@ -1,7 +1,7 @@
 """The names of the Prometheus series `launcher serve` exports on /metrics, declared once.
 
 The server declares them (server/metrics.py); the app's gauges (ui/metrics.py), the benchmarks and
-calibration (bench/*) and the reading of a remote launcher's /metrics (server/remote_metrics.py)
+calibration (bench/*) and the reading of a remote launcher's /metrics (server/upstreams/remote_metrics.py)
 look them up. They sit in core so that all of these can import them: a name changed here changes
 for the writer and every reader at once, where a string typed in each would drift silently.
 

@@ -172,7 +172,7 @@ class GenerationRequest:
     ignore_eos: bool = False
     request_id: str = ""
     # Prompt positions worth a sliding-window checkpoint besides the engine's own (where the user's part
-    # of a chat begins: launcher/server/checkpoint_hints.py); engines without such layers ignore them.
+    # of a chat begins: launcher/server/core/checkpoint_hints.py); engines without such layers ignore them.
     checkpoint_hints: tuple[int, ...] = ()
     # Speculative decoding for this request (launcher/engines/speculation.py): None follows the server's
     # `--speculative`; "off" decodes one token per step, "ngram" drafts from the sequence's own text.

@@ -17,12 +17,15 @@ from starlette.routing import Route
 
 from launcher.core.config import ServeConfig
 from launcher.engines.base import LoadedModel
-from launcher.server import routes_anthropic, routes_models, routes_openai, routes_responses
+from launcher.server import routes_models
+from launcher.server.anthropic_api import routes_anthropic
 from launcher.server.errors import ErrorBoundary, install_error_handlers
 from launcher.server.metrics import CONTENT_TYPE, ServerMetrics
-from launcher.server.model_names import server_names
-from launcher.server.model_pool import ModelPool, PreparedLoad
+from launcher.server.openai_api import routes_openai
+from launcher.server.pool.model_names import server_names
+from launcher.server.pool.model_pool import ModelPool, PreparedLoad
 from launcher.server.request_log import RequestObserver
+from launcher.server.responses_api import routes_responses
 from launcher.server.security import SecurityMiddleware, allowed_hosts_for, key_matches
 from launcher.server.state import ServerState
 

@@ -118,7 +118,7 @@ class ModelMetrics:
 
 @dataclass(frozen=True)
 class RemoteModelStats:
-    """A remote model's live numbers, as its own server's /metrics said them (server/remote_metrics.py).
+    """A remote model's live numbers, as its own server's /metrics said them (server/upstreams/remote_metrics.py).
 
     The KV cache sizes are None where the remote gives only its fill (vLLM)."""
 
@@ -319,7 +319,7 @@ class ServerMetrics:
             registry=reg,
         )
         # Tool calls the model started, by outcome ("parsed"; "repaired": parsed once a slip with one
-        # meaning was fixed, server/call_repair.py; "left_as_text": did not parse and reached the client
+        # meaning was fixed, server/core/call_repair.py; "left_as_text": did not parse and reached the client
         # as text) and by the grammar that constrained them ("lazy" on tool_choice auto, "required" for a
         # forced call, "none").
         self.tool_calls = Counter(
@@ -331,7 +331,7 @@ class ServerMetrics:
         self._models: dict[str, ModelMetrics] = {}
         self._loaded: dict[str, ModelMetrics] = {}
         self._lock = threading.Lock()
-        # The remote models' numbers (server/remote_metrics.py sets this; read at each scrape)
+        # The remote models' numbers (server/upstreams/remote_metrics.py sets this; read at each scrape)
         self.remote_stats: Callable[[], list[RemoteModelStats]] = list
         reg.register(_LiveCollector(self._loaded_models, lambda: self.remote_stats()))
 

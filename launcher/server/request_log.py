@@ -83,7 +83,7 @@ class RequestRecord:
     draft_tokens: int = 0  # speculative decoding: draft tokens the engine verified for this request
     accepted_draft_tokens: int = 0  # ... and accepted (each one a generated token without a step of its own)
     tool_calls: int = 0  # calls parsed out of the reply (repaired ones included)
-    calls_repaired: int = 0  # of those, calls that parsed once a slip was fixed (server/call_repair.py)
+    calls_repaired: int = 0  # of those, calls that parsed once a slip was fixed (server/core/call_repair.py)
     calls_as_text: int = 0  # calls started that did not parse (left as text for the client)
     tool_grammar: str = ""  # "lazy" or "required" when a call grammar constrained the reply
     ttft_s: float | None = None

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
 from launcher.server.body import read_json_object
-from launcher.server.chat import ChatOptions, ChatRun, ChatStream, ColdStart, check_options, start_chat
+from launcher.server.core.chat import ChatOptions, ChatRun, ChatStream, ColdStart, check_options, start_chat
 from launcher.server.errors import ClientDisconnected, bad_request, validation_message
 from launcher.server.schemas_common import GenerationFields
 from launcher.server.state import ServerState

@@ -15,9 +15,9 @@ from starlette.routing import Route
 
 from launcher.server.body import read_json_object
 from launcher.server.errors import ApiError, bad_request
-from launcher.server.model_slot import ModelEntry, ModelSlot
+from launcher.server.openai_api.schemas_openai import ModelCard, ModelList
+from launcher.server.pool.model_slot import ModelEntry, ModelSlot
 from launcher.server.routes_common import state_of
-from launcher.server.schemas_openai import ModelCard, ModelList
 from launcher.server.state import ServerState
 
 

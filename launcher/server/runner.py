@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 from launcher.core.config import AUTO_ENGINE, ServeConfig
 from launcher.core.errors import ConfigError, LauncherError, ServerError
 from launcher.core.server_records import ERROR_PREFIX, READY_PREFIX, record_server, remove_record
-from launcher.server.library_models import LibraryModels, file_key, library_models
 from launcher.server.metrics import ServerMetrics
-from launcher.server.model_names import library_entry, server_names
-from launcher.server.model_pool import ModelPool, PreparedLoad
-from launcher.server.model_slot import ModelEntry
-from launcher.server.planning import ServeSetup, plan, resolve
-from launcher.server.remotes import Remotes, registered_upstreams
-from launcher.server.upstream import RemoteModel, Upstream
+from launcher.server.pool.library_models import LibraryModels, file_key, library_models
+from launcher.server.pool.model_names import library_entry, server_names
+from launcher.server.pool.model_pool import ModelPool, PreparedLoad
+from launcher.server.pool.model_slot import ModelEntry
+from launcher.server.pool.planning import ServeSetup, plan, resolve
+from launcher.server.upstreams.remotes import Remotes, registered_upstreams
+from launcher.server.upstreams.upstream import RemoteModel, Upstream
 
 if TYPE_CHECKING:
     import uvicorn
@@ -232,7 +232,7 @@ def serve(config: ServeConfig) -> int:
     MODEL (the starter when neither it nor a preset is given) is loaded at the start and answers the
     names nothing else matches; the library's other models (unless `--no-library`) and the presets
     load by name on request. The registered remotes' models are
-    served as `NAME/model` (server/remotes.py); an engine that runs as a child server (`--engine vllm`)
+    served as `NAME/model` (server/upstreams/remotes.py); an engine that runs as a child server (`--engine vllm`)
     is loaded by the pool as the child's start and served through it (engines/child/), and every child
     is stopped on the way out.
     """

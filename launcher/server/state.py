@@ -20,11 +20,11 @@ from launcher.core.config import ServeConfig
 from launcher.core.errors import LauncherError
 from launcher.server.errors import ApiError, shutting_down
 from launcher.server.metrics import ServerMetrics
-from launcher.server.model_pool import ModelPool
-from launcher.server.model_slot import ModelEntry, ModelSlot
-from launcher.server.remotes import Remotes
+from launcher.server.pool.model_pool import ModelPool
+from launcher.server.pool.model_slot import ModelEntry, ModelSlot
 from launcher.server.request_log import current_request
 from launcher.server.sse import KEEPALIVE_INTERVAL_S
+from launcher.server.upstreams.remotes import Remotes
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Qt-free reading of the server's `GET /launcher/models` and the words the Server page's
 "Loaded models" rows show; `unload_model` asks the server to free one.
 
-The server lists what it has loaded now, with memory and activity (`server/model_slot.py`
+The server lists what it has loaded now, with memory and activity (`server/pool/model_slot.py`
 `describe`); the app polls it beside /metrics and shows one row per model. Parsing and wording
 live here so they are tested without widgets.
 """

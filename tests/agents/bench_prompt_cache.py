@@ -18,7 +18,7 @@ Not a test: it prints figures (a Markdown table) for docs/benchmarks.md. Every s
    a request to b (a is unloaded), a's turn again (b unloaded, a loaded, its prompt from disk).
 6. (e) with --llama-server: the native server of the same llama.cpp, same context, slots and threads,
    gets the same prompt tokens (the launcher's rendered prompt, captured in step 2 by a patched
-   `launcher.server.chat._render`) on /completion: cold, POST /slots/0?action=save, restart,
+   `launcher.server.core.chat._render`) on /completion: cold, POST /slots/0?action=save, restart,
    POST /slots/N?action=restore, the same prompt again.
 """
 
@@ -59,7 +59,7 @@ TARGET_SESSION_SHARE = 0.80
 # JSON line, so the native server can be given exactly the tokens our engine read.
 _DUMP_PATCH = """
 import json, sys
-import launcher.server.chat as chat
+import launcher.server.core.chat as chat
 _render = chat._render
 def _dumping(slot, options, **how):
     rendered = _render(slot, options, **how)

@@ -72,6 +72,19 @@ def http_demo(*extra: str) -> tuple[subprocess.Popen[str], str]:
     return process, f"http://127.0.0.1:{int(line.split()[1])}/mcp"
 
 
+def demo_children() -> list[psutil.Process]:
+    """This process's running demo servers. Other tests' children that ended and wait to be collected
+    (zombies) have no command line to read: they are not running, so they are not counted."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if str(DEMO) in " ".join(child.cmdline()):
+                found.append(child)
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue
+    return found
+
+
 def alive(pid: int) -> bool:
     """Whether the process runs (a zombie has ended: only its exit status waits to be collected)."""
     try:
@@ -149,8 +162,7 @@ def test_stop_leaves_no_server_process(running: list[McpHost]) -> None:
     assert demo_ready.wait(START_S)
     assert host.states()["mute"].state == "starting"
     pid = int(host.call("demo__pid", {}).text)
-    children = psutil.Process().children(recursive=True)
-    mute = [c.pid for c in children if c.pid != pid and str(DEMO) in " ".join(c.cmdline())]
+    mute = [c.pid for c in demo_children() if c.pid != pid]
     assert alive(pid) and len(mute) == 1
     stopping = time.monotonic()
     host.stop()
@@ -381,7 +393,7 @@ def test_after_close_a_late_restart_starts_nothing(running: list[McpHost]) -> No
     host.close()
     host.restart({"one": demo("one")})  # what a Settings change queued just before quitting does
     assert host.states() == {"one": ServerState("one", "stopped")}
-    assert not [c for c in psutil.Process().children(recursive=True) if str(DEMO) in " ".join(c.cmdline())]
+    assert not demo_children()
 
 
 def test_the_published_filesystem_server_from_npm(running: list[McpHost], tmp_path: Path) -> None:

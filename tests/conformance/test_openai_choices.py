@@ -100,7 +100,7 @@ def test_later_choices_read_the_prompt_from_the_first_ones_cache(
     spec: ServerSpec, api: openai.OpenAI, root_url: str, model_id: str
 ) -> None:
     if spec.engine != "llamacpp":
-        pytest.skip("MLX's prefix cache holds finished requests only (launcher/server/choices.py)")
+        pytest.skip("MLX's prefix cache holds finished requests only (launcher/server/core/choices.py)")
     # A prompt no earlier request sent, long enough that reading it three times would show.
     words = " ".join(f"{uuid.uuid4().hex[:6]}" for _ in range(60))
     messages: Any = [{"role": "user", "content": f"Sort these words: {words}"}]

@@ -43,8 +43,8 @@ from launcher.engines.base import Constraint, GenerationRequest, SamplingParams
 from launcher.engines.llamacpp._native import llama
 from launcher.engines.llamacpp._sampling import compile_constraint
 from launcher.engines.llamacpp.model import LlamaCppModel
-from launcher.server.templates import ToolFormat
-from launcher.server.toolcalls import lazy_tool_constraint, parse_tool_calls, tool_constraint
+from launcher.server.core.templates import ToolFormat
+from launcher.server.core.toolcalls import lazy_tool_constraint, parse_tool_calls, tool_constraint
 from tests.engines.llamacpp.support import LazyGrammarProbe, load
 from tests.engines.support import run
 from tests.server.test_tool_families import FAMILIES, PROSE, TOOLS, Family, _streamed, _structured

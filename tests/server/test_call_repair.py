@@ -13,10 +13,10 @@ import httpx
 import openai
 import pytest
 
-from launcher.server.call_repair import repaired_json
-from launcher.server.json_prefix import is_json_prefix
-from launcher.server.templates import ToolFormat
-from launcher.server.toolcalls import ParsedToolCall, StreamingToolParser, TextPiece, parse_tool_calls
+from launcher.server.core.call_repair import repaired_json
+from launcher.server.core.json_prefix import is_json_prefix
+from launcher.server.core.templates import ToolFormat
+from launcher.server.core.toolcalls import ParsedToolCall, StreamingToolParser, TextPiece, parse_tool_calls
 from tests.metrics_text import metric_total
 from tests.server.conftest import ServeFn
 from tests.server.fake_model import FakeModel

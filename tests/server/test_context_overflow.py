@@ -19,9 +19,9 @@ from launcher.core.config import ServeConfig
 from launcher.engines.base import LoadedModel
 from launcher.server.app import serving_app
 from launcher.server.metrics import ServerMetrics
-from launcher.server.model_names import ModelNames
-from launcher.server.model_pool import ModelPool, PreparedLoad
-from launcher.server.model_slot import ModelEntry
+from launcher.server.pool.model_names import ModelNames
+from launcher.server.pool.model_pool import ModelPool, PreparedLoad
+from launcher.server.pool.model_slot import ModelEntry
 from launcher.server.state import ServerState
 from tests.server.fake_model import FakeModel, fake_info
 from tests.server.harness import running_app

@@ -18,8 +18,8 @@ import pytest
 from starlette.types import Message, Receive, Scope, Send
 
 from launcher.engines.base import GenerationEvent, GenerationRequest
+from launcher.server.core.generation import Finish, Usage, cut_short
 from launcher.server.errors import ErrorBoundary
-from launcher.server.generation import Finish, Usage, cut_short
 from tests.server.conftest import ServeFn
 from tests.server.fake_model import FakeModel
 

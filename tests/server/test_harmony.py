@@ -12,8 +12,8 @@ import anthropic
 import openai
 import pytest
 
-from launcher.server.harmony import HarmonySplitter
-from launcher.server.toolcalls import (
+from launcher.server.core.harmony import HarmonySplitter
+from launcher.server.core.toolcalls import (
     ParsedToolCall,
     StreamingToolParser,
     TextPiece,
@@ -117,7 +117,7 @@ def structured(calls: list[ParsedToolCall]) -> list[tuple[str, Any]]:
 
 
 # A call in each header order, as the model writes it (the reply's first header has no `<|start|>assistant`:
-# the prompt ends with it), and a call in the form server/harmony.py passes on
+# the prompt ends with it), and a call in the form server/core/harmony.py passes on
 CALLS_IN_BOTH_ORDERS = [
     '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Oslo"}<|call|>',
     '<|channel|>commentary to=functions.get_weather<|message|>{"city": "Oslo"}<|call|>',

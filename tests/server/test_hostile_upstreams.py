@@ -38,9 +38,9 @@ TIMEOUTS = {  # upstream.py's limits, shortened for the tests
 PATCH = "; ".join(
     [
         "import sys",
-        "import launcher.server.upstream as u",
-        "import launcher.server.remote_metrics as m",
-        "import launcher.server.remotes as r",
+        "import launcher.server.upstreams.upstream as u",
+        "import launcher.server.upstreams.remote_metrics as m",
+        "import launcher.server.upstreams.remotes as r",
         *(f"u.{name} = {value}" for name, value in TIMEOUTS.items()),
         "m.SCRAPE_TIMEOUT_S = 2.0",
         "m.RETRY_AFTER_FAILURE_S = 2.0",

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from launcher.server.json_prefix import is_json_prefix
+from launcher.server.core.json_prefix import is_json_prefix
 
 VALUES = [
     {"name": "Bash", "arguments": {"command": 'echo "hi" > a.txt\n', "n": -1.5e3, "ok": True, "x": None}},

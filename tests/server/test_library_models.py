@@ -10,8 +10,8 @@ from launcher.catalog import starter
 from launcher.catalog.library import add_imported
 from launcher.core.config import ServeConfig
 from launcher.core.errors import ConfigError
-from launcher.server.library_models import file_key, library_models
-from launcher.server.model_names import server_names
+from launcher.server.pool.library_models import file_key, library_models
+from launcher.server.pool.model_names import server_names
 from launcher.server.runner import serves_library, serves_many
 from tests.fixtures.models import write_tiny_gguf
 

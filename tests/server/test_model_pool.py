@@ -21,7 +21,7 @@ import pytest
 
 from launcher.catalog.library import add_imported
 from launcher.core.config import ServeConfig
-from launcher.server.planning import plan
+from launcher.server.pool.planning import plan
 from tests.conformance.servers import REPO_ROOT, SERVERS, RunningServer, launch_serve, start_server
 from tests.fixtures.models import write_tiny_gguf
 from tests.metrics_text import metric_total

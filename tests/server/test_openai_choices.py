@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from launcher.engines.base import GenerationEvent, GenerationRequest, QueueFullError
-from launcher.server.choices import choice_seed
+from launcher.server.core.choices import choice_seed
 from tests.server.conftest import ServeFn
 from tests.server.fake_model import FakeModel
 

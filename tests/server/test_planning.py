@@ -12,7 +12,7 @@ from launcher.core.config import ServeConfig
 from launcher.core.errors import ModelDoesNotFitError
 from launcher.hardware.machine import MemoryInfo
 from launcher.hardware.recorded import load_recorded
-from launcher.server.planning import plan
+from launcher.server.pool.planning import plan
 
 
 def test_auto_engine_and_numbers_come_from_the_advisor(tiny_gguf: Path) -> None:

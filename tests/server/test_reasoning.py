@@ -8,7 +8,7 @@ from typing import Any
 import anthropic
 import openai
 
-from launcher.server.reasoning import ThinkSplitter
+from launcher.server.core.reasoning import ThinkSplitter
 from tests.server.conftest import ServeFn
 from tests.server.fake_model import CHATML, FakeModel, fake_info
 

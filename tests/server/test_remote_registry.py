@@ -36,7 +36,7 @@ from launcher.core.remotes import (
     remotes_file,
     store_key,
 )
-from launcher.server.remotes import registered_upstreams
+from launcher.server.upstreams.remotes import registered_upstreams
 from tests.server import keyring_backend
 
 

@@ -12,12 +12,12 @@ import json
 import httpx
 
 from launcher.engines.base import Constraint, SamplingParams
-from launcher.server.chat import ChatOptions, ToolCallDelta
-from launcher.server.generation import GenerationSettings
-from launcher.server.remote_answers import ToolCalls, upstream_error
-from launcher.server.remote_metrics import _rate, read_samples
-from launcher.server.remote_request import request_body
-from launcher.server.upstream import Upstream
+from launcher.server.core.chat import ChatOptions, ToolCallDelta
+from launcher.server.core.generation import GenerationSettings
+from launcher.server.upstreams.remote_answers import ToolCalls, upstream_error
+from launcher.server.upstreams.remote_metrics import _rate, read_samples
+from launcher.server.upstreams.remote_request import request_body
+from launcher.server.upstreams.upstream import Upstream
 
 VLLM_METRICS = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.

@@ -8,11 +8,12 @@ import json
 import pytest
 
 from launcher.engines.base import TokenLogprob
-from launcher.server.chat import ReasoningDelta, TextDelta, ToolCallDelta
-from launcher.server.generation import Chunk, Finish, Usage
-from launcher.server.result import gather
-from launcher.server.schemas_anthropic import AnthropicUsage, MessagesRequest
-from launcher.server.schemas_openai import (
+from launcher.server.anthropic_api.schemas_anthropic import AnthropicUsage, MessagesRequest
+from launcher.server.core.chat import ReasoningDelta, TextDelta, ToolCallDelta
+from launcher.server.core.generation import Chunk, Finish, Usage
+from launcher.server.core.result import gather
+from launcher.server.core.toolcalls import ParsedToolCall
+from launcher.server.openai_api.schemas_openai import (
     AssistantMessage,
     ChatCompletionChunk,
     ChatCompletionRequest,
@@ -22,9 +23,8 @@ from launcher.server.schemas_openai import (
     CompletionChoice,
     UsageInfo,
 )
-from launcher.server.schemas_responses import ResponsesRequest
+from launcher.server.responses_api.schemas_responses import ResponsesRequest
 from launcher.server.sse import data_event
-from launcher.server.toolcalls import ParsedToolCall
 
 USAGE = Usage(prompt_tokens=10, completion_tokens=4, cached_tokens=6)
 CALL = ParsedToolCall(id="call_1", name="get_weather", arguments='{"city": "Paris"}')

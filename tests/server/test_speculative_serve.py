@@ -23,11 +23,11 @@ from launcher.core.model_types import LocalModel
 from launcher.engines.base import EngineStats, GenerationEvent, GenerationRequest
 from launcher.engines.llamacpp.engine import LlamaCppEngine
 from launcher.server.app import create_app
-from launcher.server.chat import ChatOptions
-from launcher.server.generation import GenerationSettings
-from launcher.server.remote_request import request_body
-from launcher.server.routes_openai import chat_options
-from launcher.server.schemas_openai import ChatCompletionRequest
+from launcher.server.core.chat import ChatOptions
+from launcher.server.core.generation import GenerationSettings
+from launcher.server.openai_api.routes_openai import chat_options
+from launcher.server.openai_api.schemas_openai import ChatCompletionRequest
+from launcher.server.upstreams.remote_request import request_body
 from tests.metrics_text import metric_total
 from tests.server.conftest import ServeFn
 from tests.server.fake_model import FakeModel

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from launcher.core.errors import ModelFormatError
-from launcher.server.templates import TemplateError, load_template
+from launcher.server.core.templates import TemplateError, load_template
 from tests.fixtures.models import TINY_CHAT_TEMPLATE
 from tests.server.fake_model import fake_info
 

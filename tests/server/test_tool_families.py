@@ -14,8 +14,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from launcher.server.templates import TOOLS_SYSTEM_PROMPT, ToolFormat, detect_tool_format, load_template
-from launcher.server.toolcalls import (
+from launcher.server.core.templates import TOOLS_SYSTEM_PROMPT, ToolFormat, detect_tool_format, load_template
+from launcher.server.core.toolcalls import (
     ParsedToolCall,
     StreamingToolParser,
     TextPiece,
@@ -456,7 +456,7 @@ def test_with_thinking_the_lazy_grammar_waits_for_the_end_of_the_thoughts(family
             "<|channel|>analysis<|message|>I call <|channel|>commentary to=functions.get_weather<|end|>",
         ),
         ("harmony", "<|channel|>final<|message|>I would write to=functions.get_weather for that."),
-        # gpt-oss's built-in browser, which the server does not run (server/harmony.py)
+        # gpt-oss's built-in browser, which the server does not run (server/core/harmony.py)
         ("harmony", '<|channel|>commentary to=browser.search <|constrain|>json<|message|>{"query": "x"}'),
     ],
 )

@@ -6,8 +6,14 @@ import json
 
 import pytest
 
-from launcher.server.templates import ToolFormat
-from launcher.server.toolcalls import ParsedToolCall, StreamingToolParser, TextPiece, parse_tool_calls, tool_constraint
+from launcher.server.core.templates import ToolFormat
+from launcher.server.core.toolcalls import (
+    ParsedToolCall,
+    StreamingToolParser,
+    TextPiece,
+    parse_tool_calls,
+    tool_constraint,
+)
 
 
 @pytest.mark.parametrize(

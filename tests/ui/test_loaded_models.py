@@ -11,7 +11,7 @@ from launcher.ui.metrics import LiveSample, Measured, ProcessMemory, parse_metri
 
 MIB = 1024**2
 
-# The shape `server/model_slot.py` `describe` and `routes_models.loaded_models` answer.
+# The shape `server/pool/model_slot.py` `describe` and `routes_models.loaded_models` answer.
 LISTING = {
     "models": [
         {

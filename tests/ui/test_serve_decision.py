@@ -8,7 +8,7 @@ from pathlib import Path
 from launcher.catalog.library import gguf_entry
 from launcher.core.config import ServeConfig
 from launcher.hardware.recorded import load_recorded
-from launcher.server.planning import plan
+from launcher.server.pool.planning import plan
 from launcher.ui.model_rows import ModelRow, decided_config
 
 

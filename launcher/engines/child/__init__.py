@@ -4,7 +4,7 @@ The datacenter engines (vLLM, SGLang) and any plug-in declared with `runs_as="ch
 their own, so the launcher does not load them behind `engines.base.Engine`: `launcher serve MODEL
 --engine NAME` starts the engine's server as a supervised child on a free loopback port with a random
 key of its own, the model pool waits for its /health (its load) and stops it as it closes, and requests
-are passed to it as to an upstream (server/remote_chat.py). Agents then see one server, with the
+are passed to it as to an upstream (server/upstreams/remote_chat.py). Agents then see one server, with the
 launcher's key, names and aliases, and its Anthropic Messages and Responses APIs translated to the Chat
 Completions the child speaks.
 

@@ -3,7 +3,7 @@
 The dynamic generators share one paged cache between all jobs (pages of 256 tokens:
 exllamav3/constants.py PAGE_SIZE, exllamav2/generator/dynamic.py PAGED_PAGE_SIZE), so the cache
 holds `context * parallel` tokens rounded up to whole pages. The context and KV type come decided:
-the server's plan (`launcher.server.planning`) fills them with the largest context whose KV cache
+the server's plan (`launcher.server.pool.planning`) fills them with the largest context whose KV cache
 fits next to the weights, and stops a load that would not fit in VRAM (ExLlama cannot offload
 layers to the CPU) with the advisor's numbers, before any weights are read. The engine does not
 plan again; what a direct load leaves open is the advisor's too (`unplanned_context`,

@@ -17,7 +17,7 @@ from launcher.engines.base import Constraint
 from launcher.engines.exllama_common._constraints import grammar_for
 from launcher.engines.exllama_common._grammar_matcher import GrammarMatcher, LazyGrammarMatcher, load_ll_tokenizer
 from launcher.engines.exllamav2._filter import llguidance_filter_class
-from launcher.server.toolcalls import lazy_tool_constraint
+from launcher.server.core.toolcalls import lazy_tool_constraint
 from tests.engines.exllama.standin import Runtime
 
 TIMER = {

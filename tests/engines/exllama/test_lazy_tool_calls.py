@@ -18,7 +18,7 @@ import pytest
 
 from launcher.engines.base import Constraint
 from launcher.engines.exllamav3._filter import runs_lazy_filters
-from launcher.server.toolcalls import lazy_tool_constraint, parse_tool_calls
+from launcher.server.core.toolcalls import lazy_tool_constraint, parse_tool_calls
 from tests.engines.exllama.conftest import LoadFn
 from tests.engines.exllama.standin import Behaviour, Runtime
 from tests.engines.exllama.support import greedy

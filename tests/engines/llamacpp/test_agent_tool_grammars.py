@@ -13,7 +13,7 @@ import pytest
 
 from launcher.engines.base import Constraint
 from launcher.engines.llamacpp._sampling import check_grammar, compile_constraint
-from launcher.server.toolcalls import lazy_tool_constraint
+from launcher.server.core.toolcalls import lazy_tool_constraint
 from tests.engines.llamacpp.support import GrammarProbe
 
 CAPTURES = Path(__file__).parents[2] / "data" / "agent_requests"

@@ -17,8 +17,8 @@ import pytest
 
 from launcher.engines.base import Constraint
 from launcher.engines.llamacpp._sampling import compile_constraint
-from launcher.server.templates import ToolFormat
-from launcher.server.toolcalls import lazy_tool_constraint
+from launcher.server.core.templates import ToolFormat
+from launcher.server.core.toolcalls import lazy_tool_constraint
 from tests.engines.llamacpp.support import LazyGrammarProbe
 from tests.server.test_tool_families import TOOLS
 

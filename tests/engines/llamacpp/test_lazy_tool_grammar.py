@@ -15,7 +15,7 @@ import pytest
 
 from launcher.engines.base import Constraint, GenerationRequest, SamplingParams
 from launcher.engines.llamacpp.model import LlamaCppModel
-from launcher.server.toolcalls import lazy_tool_constraint, parse_tool_calls
+from launcher.server.core.toolcalls import lazy_tool_constraint, parse_tool_calls
 from tests.engines.support import exact, run
 
 TOOLS = [

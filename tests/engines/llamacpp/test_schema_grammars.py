@@ -136,7 +136,7 @@ async def test_the_server_compiles_a_schema_on_a_worker_thread(
     import threading
 
     import launcher.engines.llamacpp.model as engine_model
-    from launcher.server.generation import GenerationSettings, start_generation
+    from launcher.server.core.generation import GenerationSettings, start_generation
     from launcher.server.metrics import ServerMetrics
 
     compiled_on: list[int] = []

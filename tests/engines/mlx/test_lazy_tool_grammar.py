@@ -14,7 +14,7 @@ import pytest
 
 from launcher.engines.base import Constraint, GenerationRequest, SamplingParams
 from launcher.engines.mlx.model import MlxModel
-from launcher.server.toolcalls import lazy_tool_constraint, parse_tool_calls
+from launcher.server.core.toolcalls import lazy_tool_constraint, parse_tool_calls
 from tests.engines.support import exact, run
 from tests.engines.tool_call_cases import QWEN3_CODER, lazy_single_call, read_qwen3_coder, timer_arguments_are_valid
 

@@ -44,11 +44,11 @@ from launcher.core.config import ServeConfig
 from launcher.core.errors import LauncherError, ModelDoesNotFitError, ModelNotFoundError
 from launcher.core.units import format_bytes
 from launcher.engines.base import LoadedModel
+from launcher.server.core.templates import load_template
 from launcher.server.errors import ApiError
 from launcher.server.metrics import ServerMetrics
-from launcher.server.model_names import ModelNames, alias_target
-from launcher.server.model_slot import ModelEntry, ModelSlot
-from launcher.server.templates import load_template
+from launcher.server.pool.model_names import ModelNames, alias_target
+from launcher.server.pool.model_slot import ModelEntry, ModelSlot
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class Closable(Protocol):
 Prepare = Callable[[ModelEntry], PreparedLoad]
 """Plans a load (runs on a worker thread: it may probe the machine and read the model's header)."""
 Refresh = Callable[[str], Awaitable[list[ModelEntry]]]
-"""Models an upstream lists now for a name this server does not know (server/remotes.py)."""
+"""Models an upstream lists now for a name this server does not know (server/upstreams/remotes.py)."""
 
 
 class ModelPool:

@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from launcher.server.core.generation import Usage
 from launcher.server.errors import ApiError
-from launcher.server.generation import Usage
 from launcher.server.schemas_common import GenerationFields, Lenient, WireModel
 
 

@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from launcher.engines.base import TokenLogprob
+from launcher.server.core.generation import Usage
 from launcher.server.errors import ApiError, openai_type
-from launcher.server.generation import Usage
 from launcher.server.schemas_common import OMIT_IF_NONE, GenerationFields, Lenient, WireModel
 
 

@@ -38,7 +38,7 @@ import httpx
 
 from launcher.core import metric_names as names
 from launcher.server.metrics import RemoteModelStats
-from launcher.server.upstream import AnswerTooLarge, AnswerUnreadable, Upstream, get_small
+from launcher.server.upstreams.upstream import AnswerTooLarge, AnswerUnreadable, Upstream, get_small
 
 log = logging.getLogger(__name__)
 

@@ -26,13 +26,13 @@ import httpx
 
 from launcher.core.config import ServeConfig
 from launcher.core.errors import ServerError
-from launcher.server.chat import ChatOptions
+from launcher.server.core.chat import ChatOptions
 from launcher.server.errors import ApiError
 from launcher.server.metrics import ServerMetrics
-from launcher.server.model_slot import ModelEntry
-from launcher.server.remote_chat import RemoteChat, start_remote_chat
-from launcher.server.remote_metrics import RemoteGauges
-from launcher.server.upstream import RemoteModel, Upstream, fetch_models
+from launcher.server.pool.model_slot import ModelEntry
+from launcher.server.upstreams.remote_chat import RemoteChat, start_remote_chat
+from launcher.server.upstreams.remote_metrics import RemoteGauges
+from launcher.server.upstreams.upstream import RemoteModel, Upstream, fetch_models
 
 log = logging.getLogger(__name__)
 

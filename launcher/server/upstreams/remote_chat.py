@@ -35,12 +35,13 @@ from typing import Any
 
 import httpx
 
-from launcher.server import upstream as limits
-from launcher.server.chat import ChatEvent, ChatOptions, ReasoningDelta, TextDelta, ToolCallDelta
+from launcher.server.core.chat import ChatEvent, ChatOptions, ReasoningDelta, TextDelta, ToolCallDelta
+from launcher.server.core.generation import Finish, FinishReason, Usage
 from launcher.server.errors import ApiError
-from launcher.server.generation import Finish, FinishReason, Usage
 from launcher.server.metrics import ServerMetrics
-from launcher.server.remote_answers import (
+from launcher.server.request_log import current_request
+from launcher.server.upstreams import upstream as limits
+from launcher.server.upstreams.remote_answers import (
     ToolCalls,
     choice_logprobs,
     error_fields,
@@ -52,9 +53,8 @@ from launcher.server.remote_answers import (
     usage_of,
     whole_answer,
 )
-from launcher.server.remote_request import request_body
-from launcher.server.request_log import current_request
-from launcher.server.upstream import (
+from launcher.server.upstreams.remote_request import request_body
+from launcher.server.upstreams.upstream import (
     AnswerTooLarge,
     AnswerUnreadable,
     RemoteModel,

@@ -25,9 +25,9 @@ from typing import Any, Literal
 from launcher.engines._schema_bounds import without_large_maximums
 from launcher.engines.base import CallShape, Constraint
 from launcher.engines.call_shapes import is_raw_text
-from launcher.server.call_repair import repaired_json
-from launcher.server.json_prefix import is_json_prefix
-from launcher.server.templates import CALL_LIST_WRAP, ToolFormat
+from launcher.server.core.call_repair import repaired_json
+from launcher.server.core.json_prefix import is_json_prefix
+from launcher.server.core.templates import CALL_LIST_WRAP, ToolFormat
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ _MARKERS: dict[ToolFormat, dict[str, str | None]] = {
     "mistral": {"[TOOL_CALLS]": None},
     # gpt-oss names a call's recipient after the channel, or before it in the role part of the header (as
     # its template writes earlier calls); the reply's first header has no `<|start|>assistant` (the prompt
-    # ends with it). server/harmony.py writes every call in the first form.
+    # ends with it). server/core/harmony.py writes every call in the first form.
     "harmony": {
         "<|channel|>commentary to=functions.": "<|call|>",
         "<|start|>assistant to=functions.": "<|call|>",

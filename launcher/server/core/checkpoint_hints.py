@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.server.control_text import ControlText
+from launcher.server.core.control_text import ControlText
 
 MIN_PROMPT_TOKENS = 1024
 """Shorter prompts are read again quickly: no hints."""

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from launcher.engines.base import Constraint
-from launcher.server.chat import (
+from launcher.server.core.chat import (
     ChatOptions,
     ChatStream,
     ReasoningDelta,
@@ -22,11 +22,11 @@ from launcher.server.chat import (
     normalize_history,
     text_of,
 )
+from launcher.server.core.generation import Finish, GenerationSettings, cut_short
+from launcher.server.core.result import chat_result, starts_block
+from launcher.server.core.toolcalls import ParsedToolCall
 from launcher.server.errors import ApiError, bad_request
-from launcher.server.generation import Finish, GenerationSettings, cut_short
-from launcher.server.result import chat_result, starts_block
-from launcher.server.routes_common import new_id, start_chat_request, state_of
-from launcher.server.schemas_responses import (
+from launcher.server.responses_api.schemas_responses import (
     ArgumentsDeltaEvent,
     ArgumentsDoneEvent,
     ContentPartEvent,
@@ -46,8 +46,8 @@ from launcher.server.schemas_responses import (
     ResponsesRequest,
     ResponseUsage,
 )
+from launcher.server.routes_common import new_id, start_chat_request, state_of
 from launcher.server.sse import EventStream, KeepAlive, named_event, with_keepalives
-from launcher.server.toolcalls import ParsedToolCall
 
 log = logging.getLogger(__name__)
 

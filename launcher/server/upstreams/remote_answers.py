@@ -14,12 +14,12 @@ from typing import Any
 import httpx
 
 from launcher.engines.base import TokenLogprob
-from launcher.server import upstream as limits
-from launcher.server.chat import ToolCallDelta
+from launcher.server.core.chat import ToolCallDelta
+from launcher.server.core.generation import Usage
+from launcher.server.core.toolcalls import ParsedToolCall
 from launcher.server.errors import ApiError
-from launcher.server.generation import Usage
-from launcher.server.toolcalls import ParsedToolCall
-from launcher.server.upstream import (
+from launcher.server.upstreams import upstream as limits
+from launcher.server.upstreams.upstream import (
     AnswerTooLarge,
     AnswerUnreadable,
     Upstream,

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from launcher.core.config import ServeConfig
 from launcher.core.errors import ConfigError
-from launcher.server.model_slot import ModelEntry
-from launcher.server.remotes import Remotes, remote_entry
+from launcher.server.pool.model_slot import ModelEntry
+from launcher.server.upstreams.remotes import Remotes, remote_entry
 
 
 def alias_target(aliases: dict[str, str], name: str) -> str | None:

@@ -12,21 +12,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from launcher.engines.base import Constraint
-from launcher.server.chat import (
-    ChatOptions,
-    ChatStream,
-    ReasoningDelta,
-    TextDelta,
-    ToolCallDelta,
-    media_omitted,
-    normalize_history,
-    prepare_prompt,
-)
-from launcher.server.errors import bad_request
-from launcher.server.generation import Finish, GenerationSettings, cut_short
-from launcher.server.result import chat_result, starts_block
-from launcher.server.routes_common import parse_body, start_chat_request, state_of, stops_from
-from launcher.server.schemas_anthropic import (
+from launcher.server.anthropic_api.schemas_anthropic import (
     AnthropicUsage,
     ContentBlock,
     ContentBlockDeltaEvent,
@@ -54,8 +40,22 @@ from launcher.server.schemas_anthropic import (
     ToolChoice,
     ToolUseBlock,
 )
+from launcher.server.core.chat import (
+    ChatOptions,
+    ChatStream,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    media_omitted,
+    normalize_history,
+    prepare_prompt,
+)
+from launcher.server.core.generation import Finish, GenerationSettings, cut_short
+from launcher.server.core.result import chat_result, starts_block
+from launcher.server.core.toolcalls import ParsedToolCall
+from launcher.server.errors import bad_request
+from launcher.server.routes_common import parse_body, start_chat_request, state_of, stops_from
 from launcher.server.sse import EventStream, KeepAlive, named_event, with_keepalives
-from launcher.server.toolcalls import ParsedToolCall
 
 log = logging.getLogger(__name__)
 

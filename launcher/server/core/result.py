@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from starlette.requests import Request
 
 from launcher.engines.base import TokenLogprob
-from launcher.server.chat import ChatEvent, ChatStream, ReasoningDelta, TextDelta, ToolCallDelta
-from launcher.server.choices import Choices, RunT
-from launcher.server.generation import Chunk, Finish, cut_short
+from launcher.server.core.chat import ChatEvent, ChatStream, ReasoningDelta, TextDelta, ToolCallDelta
+from launcher.server.core.choices import Choices, RunT
+from launcher.server.core.generation import Chunk, Finish, cut_short
+from launcher.server.core.toolcalls import ParsedToolCall
 from launcher.server.routes_common import collect_until_disconnect
-from launcher.server.toolcalls import ParsedToolCall
 
 ReplyPart = TextDelta | ReasoningDelta | ToolCallDelta
 

@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from launcher.engines.base import Constraint
-from launcher.server.chat import (
+from launcher.server.core.chat import (
     ChatOptions,
     ChatStream,
     ReasoningDelta,
@@ -21,9 +21,8 @@ from launcher.server.chat import (
     normalize_history,
     start_chat,
 )
-from launcher.server.choices import Choices, choice_seed, total_usage
-from launcher.server.errors import bad_request
-from launcher.server.generation import (
+from launcher.server.core.choices import Choices, choice_seed, total_usage
+from launcher.server.core.generation import (
     Chunk,
     Finish,
     Generation,
@@ -32,10 +31,10 @@ from launcher.server.generation import (
     start_generation,
     tokenize_prompt,
 )
-from launcher.server.model_slot import ModelSlot
-from launcher.server.result import ChatResult, choice_results
-from launcher.server.routes_common import new_id, parse_body, start_chat_request, state_of, stops_from
-from launcher.server.schemas_openai import (
+from launcher.server.core.result import ChatResult, choice_results
+from launcher.server.core.toolcalls import ParsedToolCall
+from launcher.server.errors import bad_request
+from launcher.server.openai_api.schemas_openai import (
     AssistantMessage,
     ChatChoice,
     ChatCompletion,
@@ -60,8 +59,9 @@ from launcher.server.schemas_openai import (
     UsageInfo,
     openai_finish,
 )
+from launcher.server.pool.model_slot import ModelSlot
+from launcher.server.routes_common import new_id, parse_body, start_chat_request, state_of, stops_from
 from launcher.server.sse import COMMENT_KEEPALIVE, DONE, EventStream, KeepAlive, data_event, with_keepalives
-from launcher.server.toolcalls import ParsedToolCall
 
 
 def response_format_constraint(fmt: ResponseFormat | None) -> Constraint | None:

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 from launcher.core.config import ServeConfig
 from launcher.engines.base import EngineStats, LoadedModel
-from launcher.server.control_text import ControlText
-from launcher.server.generation import Generation
+from launcher.server.core.control_text import ControlText
+from launcher.server.core.generation import Generation
+from launcher.server.core.templates import ChatTemplate
 from launcher.server.metrics import ModelMetrics
-from launcher.server.templates import ChatTemplate
-from launcher.server.upstream import RemoteModel
+from launcher.server.upstreams.upstream import RemoteModel
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class ModelEntry:
     config: ServeConfig  # `config.model` is what to load; the rest are its settings
     ttl_s: float | None = None  # unload after this many idle seconds (None: keep it)
     origin: str = "served"  # "served" (the MODEL argument), "preset", "library" or "remote"
-    remote: RemoteModel | None = None  # another server answers it: nothing loads here (server/remote_chat.py)
+    remote: RemoteModel | None = None  # another server answers it: nothing loads here (server/upstreams/remote_chat.py)
 
 
 @dataclass

@@ -27,9 +27,9 @@ import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
-from launcher.server.chat import ChatEvent, ChatRun
+from launcher.server.core.chat import ChatEvent, ChatRun
+from launcher.server.core.generation import Finish, Generation, Usage, cut_short
 from launcher.server.errors import ApiError
-from launcher.server.generation import Finish, Generation, Usage, cut_short
 
 
 class Run(Protocol):

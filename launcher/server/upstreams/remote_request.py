@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from launcher.engines.base import Constraint, SamplingParams
-from launcher.server.chat import ChatOptions
+from launcher.server.core.chat import ChatOptions
 from launcher.server.errors import bad_request
 
 

@@ -6,8 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from launcher.server.core.generation import Usage
 from launcher.server.errors import ApiError, anthropic_type
-from launcher.server.generation import Usage
 from launcher.server.schemas_common import OMIT_IF_NONE, GenerationFields, Lenient, WireModel
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from launcher.server.reasoning import PieceKind, partial_suffix
+from launcher.server.core.reasoning import PieceKind, partial_suffix
 
 START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
 BODY_ENDS = ("<|end|>", "<|return|>", "<|call|>")

@@ -20,10 +20,9 @@ import anyio
 
 from launcher.engines.base import TokenLogprob
 from launcher.server.body import loads_checked
-from launcher.server.checkpoint_hints import checkpoint_hints
-from launcher.server.control_text import restore
-from launcher.server.errors import ApiError, bad_request
-from launcher.server.generation import (
+from launcher.server.core.checkpoint_hints import checkpoint_hints
+from launcher.server.core.control_text import restore
+from launcher.server.core.generation import (
     Chunk,
     Finish,
     FinishReason,
@@ -34,19 +33,20 @@ from launcher.server.generation import (
     needs_bos,
     start_generation,
 )
-from launcher.server.harmony import HarmonySplitter
-from launcher.server.metrics import ModelMetrics
-from launcher.server.model_slot import ModelSlot
-from launcher.server.reasoning import ReplySplitter, ThinkSplitter
-from launcher.server.request_log import current_request
-from launcher.server.templates import TemplateError, ToolFormat, detect_tool_format
-from launcher.server.toolcalls import (
+from launcher.server.core.harmony import HarmonySplitter
+from launcher.server.core.reasoning import ReplySplitter, ThinkSplitter
+from launcher.server.core.templates import TemplateError, ToolFormat, detect_tool_format
+from launcher.server.core.toolcalls import (
     ParsedToolCall,
     StreamingToolParser,
     TextPiece,
     lazy_tool_constraint,
     tool_constraint,
 )
+from launcher.server.errors import ApiError, bad_request
+from launcher.server.metrics import ModelMetrics
+from launcher.server.pool.model_slot import ModelSlot
+from launcher.server.request_log import current_request
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""The Anthropic Messages API: its routes, request schemas and stream rendering."""

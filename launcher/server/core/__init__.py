@@ -1,0 +1,1 @@
+"""What every protocol shares: the chat template, generation, tool calls, reasoning and the result they make."""

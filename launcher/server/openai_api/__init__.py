@@ -1,0 +1,1 @@
+"""The OpenAI Chat Completions and Completions API: its routes and request schemas."""

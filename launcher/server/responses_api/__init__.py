@@ -1,0 +1,1 @@
+"""The OpenAI Responses API: its routes, request schemas and stream rendering."""

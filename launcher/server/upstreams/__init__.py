@@ -1,0 +1,1 @@
+"""Other OpenAI-compatible servers this one passes requests to: registered remotes and child engines."""
