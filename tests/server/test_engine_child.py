@@ -99,6 +99,24 @@ def test_a_missing_engine_is_a_clear_error(tmp_path: Path) -> None:
     assert "vLLM is not installed here" in said and "launcher handoff vllm" in said
 
 
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="the real vLLM is installed here")
+def test_an_engine_program_that_cannot_run_stops_the_start_with_its_error(tmp_path: Path) -> None:
+    # A `vllm` shim whose interpreter is gone (a moved venv, a broken pipx): the server must not say it is
+    # ready and then answer every request with a 502; it stops at the start, saying why.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    program = bin_dir / "vllm"
+    program.write_text("#!/nonexistent/python3\n")
+    program.chmod(program.stat().st_mode | stat.S_IEXEC)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+        with pytest.raises(RuntimeError) as failed:
+            server = launch_serve([str(tmp_path / "folder"), "--engine", "vllm", "--port", "0"], tmp_path / "home")
+            server.stop()  # it said it was ready: stopped before the test fails
+    said = str(failed.value)
+    assert "vllm could not be started" in said and "LAUNCHER_READY" not in said
+
+
 def test_the_command_line_for_a_model_folder(tmp_path: Path) -> None:
     folder = tmp_path / "Qwen3-0.6B"
     folder.mkdir()

@@ -111,11 +111,20 @@ class ChildServer:
         return self._stopping
 
     def start(self, echo: IO[str] | None = None) -> None:
-        """Start the child (on the starter thread: see the module's docstring)."""
-        _starter.run(self._spawn)
+        """Start the child (on the starter thread: see the module's docstring). A program that cannot be
+        executed (a shim whose interpreter is gone) is an EngineError, as a child that exits at once is."""
         with _running_lock:
-            _running.add(self)
+            _running.add(self)  # before it exists: a stop_children() meanwhile reaches it (see `stop`)
+        try:
+            _starter.run(self._spawn)
+        except OSError as err:
+            with _running_lock:
+                _running.discard(self)
+            raise EngineError(f"{self.engine} could not be started ({self.command.argv[0]}): {err}") from err
         threading.Thread(target=self._pump, args=(echo or sys.stderr,), daemon=True).start()
+        if self._stopping:  # asked to stop while it was being started: stop what was started
+            self._stopping = False
+            self.stop()
 
     def _spawn(self) -> None:
         linux = sys.platform.startswith("linux")
@@ -169,12 +178,14 @@ class ChildServer:
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """SIGTERM to the child's group, then SIGKILL if it has not exited within `timeout_s`."""
-        process = self.process
-        if process is None or self._stopping:
+        if self._stopping:
             return
         self._stopping = True
         with _running_lock:
             _running.discard(self)
+        process = self.process
+        if process is None:
+            return  # not started yet: `start` stops it once it exists
         if process.poll() is None:
             self._signal(signal.SIGTERM)
             try:
