@@ -150,3 +150,32 @@ def test_the_command_line_for_a_model_folder(tmp_path: Path) -> None:
     assert sglang.argv[:3] == ["sglang", "--model-path", "org/some-model"]
     assert sglang.argv[sglang.argv.index("--api-key") + 1] == "k" and "--enable-metrics" in sglang.argv
     assert sglang.served_name == "m" and sglang.env == {}
+
+
+def test_a_library_model_goes_to_the_child_as_its_folder(
+    tmp_path: Path, tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The app's rows name library models; vLLM would look a library name up on the Hub. It gets the folder,
+    # served under the library's name, and a GGUF (which it does not load) is refused before any start.
+    from launcher.catalog import library
+    from launcher.core.config import ServeConfig
+    from launcher.core.errors import ModelFormatError
+    from launcher.engines import registry
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    program = bin_dir / "vllm"
+    program.write_text("#!/bin/sh\nexit 1\n")  # found on PATH, never run here
+    program.chmod(program.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    folder = tmp_path / "checkpoint"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    (folder / "model.safetensors").write_bytes(b"\0" * 16)
+    library.add_imported(folder, name="my-checkpoint")
+    library.add_imported(tiny_gguf, name="my-gguf")
+    vllm = registry.child("vllm")
+    plan = vllm.plan(ServeConfig(model="my-checkpoint", engine="vllm"), load_recorded("rtx4090-desktop"))
+    assert str(folder.resolve()) in plan.child.command.argv and plan.served_name == "my-checkpoint"
+    with pytest.raises(ModelFormatError, match="does not load GGUF models"):
+        vllm.plan(ServeConfig(model="my-gguf", engine="vllm"), load_recorded("rtx4090-desktop"))

@@ -12,9 +12,10 @@ import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from launcher.core.config import ServeConfig
-from launcher.core.errors import ConfigError
+from launcher.core.errors import CatalogError, ConfigError, ModelFormatError
 from launcher.core.net import free_port
 from launcher.engine_specs import Availability, EngineSpec
 from launcher.engine_specs.child import ChildRequest
@@ -57,11 +58,12 @@ class ChildEngine:
         model cannot be planned)."""
         if not config.model:
             raise ConfigError(f"--engine {self.name} needs the model to serve: a catalog id, a Hub repo or a folder.")
+        model, library_name = self._model_for_child(config.model)
         request = ChildRequest(
-            config.model,
+            model,
             free_port(LOOPBACK),
             secrets.token_urlsafe(24),
-            served_name=config.served_name,
+            served_name=config.served_name or library_name,
             context=config.context,
             host=LOOPBACK,
             machine=machine,
@@ -69,6 +71,34 @@ class ChildEngine:
         command = build_command(self.spec, request)
         child = ChildServer(self.name, command, request.port, request.api_key, LOOPBACK, self.launch.health_path)
         return ChildPlan(child, config.context)
+
+    def _model_for_child(self, model: str) -> tuple[str, str | None]:
+        """`model` as the child is given it, and the library name to serve it under (None: its own).
+
+        A path, a catalog id (the hand-off plans it) or a Hub repo goes as it is. A name of the local
+        library (what the app's rows are) goes as its folder, which the child can read, where a name it
+        has never heard of would be looked up on the Hub; one in a format the engine does not load is
+        refused here, before a child is started with it.
+        """
+        from launcher.catalog import library
+        from launcher.catalog.catalog import find
+
+        if Path(model).expanduser().exists():
+            return model, None
+        try:
+            find(model)
+            return model, None
+        except CatalogError:
+            pass
+        entry = library.find_entry(model)
+        if entry is None or entry.source == "starter" or entry.problem:
+            return model, None
+        if entry.model.format not in self.spec.formats:
+            raise ModelFormatError(
+                f"{self.spec.label} (--engine {self.name}) does not load {entry.model.format.upper()} models, "
+                f"and {model} is one: serve it with --engine auto."
+            )
+        return str(entry.model.path), model
 
     def start(self, plan: ChildPlan, cancelled: Callable[[], bool] = lambda: False) -> ChildServer:
         """Start the planned child and wait for its /health (the load: blocks, run it on a thread) until
