@@ -40,7 +40,7 @@ def judge_hub_result(result: HubResult, machine: Machine | None = None) -> HubRe
         machine = machine or probe_machine()
     except LauncherError:
         return result
-    engines = engines_for_format(result.format, machine)
+    engines = engines_for_format(result.format, machine, in_process=True)
     note = None if engines.first else engines.why_none()
     variants = tuple(
         replace(_fit_variant(machine, result.format, variant, entry), engine_note=note) for variant in result.variants

@@ -107,7 +107,7 @@ def entry_json(entry: LibraryEntry, status: dict[str, str | None] | None) -> dic
     arch = entry.architecture
     engine, why = None, "not checked"
     if status is not None:
-        runnable = engines_for_format(entry.model.format, status=status)
+        runnable = engines_for_format(entry.model.format, status=status, in_process=True)
         engine = runnable.first.name if runnable.first else None
         why = engine or runnable.why_none()
     return {

@@ -154,6 +154,10 @@ class EngineSpec:
         if problem is not None:
             return Availability(usable=False, reason=problem)
         if not this_process:
+            if self.child is not None:  # launched here only where installed: for another machine, a hand-off
+                return Availability(
+                    usable=False, reason=f"runs as a server of its own there: `launcher handoff {self.name} MODEL`"
+                )
             return Availability(usable=True, reason="runs on this hardware")
         version = self.installed_version()
         if version is None:

@@ -113,3 +113,7 @@ def test_the_hand_off_comes_from_the_vllm_spec_and_is_launchable_where_vllm_is_u
     assert hand_off.engine == "vllm"
     assert not hand_off.launchable and hand_off.unavailable_reason is None  # `launcher handoff` plans it
     assert recommend(machine, model, users=1, calibration=None).choice.engine == "exllamav3"  # one user: no team
+    # Advice about another machine (a recorded one): whether vLLM is installed here says nothing there.
+    elsewhere = engine_specs.engine_status(machine, this_process=False)
+    there = recommend(machine, model, users=8, status=elsewhere, calibration=None).choice
+    assert there.engine == "vllm" and not there.launchable and there.unavailable_reason is None
