@@ -254,6 +254,14 @@ def get_spec(name: str) -> EngineSpec:
         raise EngineUnavailableError(f"Unknown engine {name!r}. Known engines: {known}.") from None
 
 
+def runs_as_child(name: str) -> bool:
+    """True when `name` is a registered engine that runs as a child server (False for "auto" and for an
+    unknown name: whoever plans it says it is unknown, with the known ones)."""
+    _discover()
+    spec = _registered.get(name)
+    return spec is not None and spec.runs_as == "child"
+
+
 def label(name: str) -> str:
     """An engine's readable name ("llama.cpp"), or the name itself for one not registered."""
     _discover()

@@ -19,15 +19,6 @@ from launcher.engines.child.engine import ChildEngine
 from launcher.hardware.machine import Machine
 
 
-def runs_as_child(name: str) -> bool:
-    """True when the engine called `name` runs as a child server (False for an unknown name: whoever
-    plans it says it is unknown, with the known ones)."""
-    try:
-        return get_spec(name).runs_as == "child"
-    except EngineUnavailableError:
-        return False
-
-
 def child(name: str) -> ChildEngine:
     """The engine called `name`, which runs as a child server."""
     spec = get_spec(name)

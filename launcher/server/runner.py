@@ -17,9 +17,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.core.config import AUTO_ENGINE, ServeConfig
+from launcher.core.config import ServeConfig
 from launcher.core.errors import ConfigError, LauncherError, ServerError
 from launcher.core.server_records import ERROR_PREFIX, READY_PREFIX, record_server, remove_record
+from launcher.engine_specs import runs_as_child
 from launcher.server.metrics import ServerMetrics
 from launcher.server.pool.library_models import LibraryModels, file_key, library_models
 from launcher.server.pool.model_names import library_entry, server_names
@@ -108,17 +109,10 @@ def uvicorn_server(app: Starlette, config: ServeConfig, **overrides: Any) -> uvi
     return DrainingServer(uvicorn.Config(app, **(settings | overrides)))
 
 
-def runs_as_child(config: ServeConfig) -> bool:
-    """True when `config` names an engine that runs as a child server (the registry says)."""
-    from launcher.engines.registry import runs_as_child as named_engine_runs_as_child
-
-    return config.engine != AUTO_ENGINE and named_engine_runs_as_child(config.engine)
-
-
 def serves_library(config: ServeConfig) -> bool:
     """True when the local library's models load by name on request: `library`, beside an engine that runs
     in this process (one that runs as a child server serves its one model; the library's would need another)."""
-    return config.library and not runs_as_child(config)
+    return config.library and not runs_as_child(config.engine)
 
 
 def serves_many(config: ServeConfig) -> bool:
@@ -219,7 +213,7 @@ def _plan_child(config: ServeConfig) -> ChildPlan | None:
     """An engine that runs as a child server (`--engine vllm`, a plug-in's): its port, key and command,
     decided before the server binds (None for an engine that runs in this process). The model pool
     starts it (its load)."""
-    if not runs_as_child(config):
+    if not runs_as_child(config.engine):
         return None
     from launcher.engines.registry import child
 

@@ -25,9 +25,9 @@ from launcher.advisor.calibration_store import measured_runs
 from launcher.catalog.catalog import default_catalog
 from launcher.catalog.library import LibraryEntry, scan_library
 from launcher.catalog.schema import Catalog, CatalogModel
-from launcher.core.config import AUTO_ENGINE, ServeConfig
+from launcher.core.config import ServeConfig
 from launcher.core.errors import LauncherError
-from launcher.engine_specs import EngineStatus, engine_status, get_spec
+from launcher.engine_specs import EngineStatus, engine_status, runs_as_child
 from launcher.hardware.machine import Machine
 from launcher.ui.metrics import Prediction
 
@@ -232,7 +232,7 @@ def decided_config(row: ModelRow, machine: Machine, config: ServeConfig) -> Serv
     starts it (its command: the hand-off's plan for a catalog id), so for one the app names the engine
     and decides nothing else: a context sized here would override that plan, not carry it."""
     entry = row.local
-    if entry is None or entry.architecture is None or not entry.usable or _runs_as_child(config.engine):
+    if entry is None or entry.architecture is None or not entry.usable or runs_as_child(config.engine):
         return config
     try:
         plan = plan_for_config(
@@ -242,14 +242,4 @@ def decided_config(row: ModelRow, machine: Machine, config: ServeConfig) -> Serv
         return config
     if not plan.fit.fits:
         return config
-    if _runs_as_child(plan.engine):
-        return config.model_copy(update={"engine": plan.engine})
     return plan.fill(config)
-
-
-def _runs_as_child(engine: str) -> bool:
-    """True when `engine` names an engine that runs as a child server (False for "auto" and unknown names)."""
-    try:
-        return engine != AUTO_ENGINE and get_spec(engine).runs_as == "child"
-    except LauncherError:
-        return False

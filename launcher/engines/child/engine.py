@@ -17,7 +17,7 @@ from pathlib import Path
 from launcher.core.config import ServeConfig
 from launcher.core.errors import CatalogError, ConfigError, ModelFormatError
 from launcher.core.net import free_port
-from launcher.engine_specs import Availability, EngineSpec
+from launcher.engine_specs import EngineSpec
 from launcher.engine_specs.child import ChildRequest
 from launcher.engines.child.command import build_command, launch_of
 from launcher.engines.child.process import ChildServer
@@ -48,10 +48,6 @@ class ChildEngine:
         self.spec = spec
         self.launch = launch_of(spec)
         self.name = spec.name
-
-    def availability(self, machine: Machine) -> Availability:
-        """Usable where its program is found here (its hardware needs are the spec's `runs_on`)."""
-        return self.spec.availability(machine)
 
     def plan(self, config: ServeConfig, machine: Machine | None = None) -> ChildPlan:
         """The child that serves `config.model` (raises at once when the engine is not installed or the
