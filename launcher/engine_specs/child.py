@@ -61,5 +61,9 @@ class ChildLaunch:
     key_env: str | None = None  # the environment variable it reads its key from (kept out of `ps`)
     extra_flags: tuple[str, ...] = ()  # always added (SGLang exports /metrics only when asked)
     extra_env: Callable[[ChildRequest], dict[str, str]] = field(default=no_extra_env)
+    # Its /metrics series the app's gauges read, by the gauge each feeds: "running", "waiting", "kv_used",
+    # "kv_total", "decode_tps", "prefill_tps", "prompt_total", "generation_total" (summed over its
+    # models), "kv_ratio" (the highest). Read from any server that exports them: a child or a remote.
+    metric_series: dict[str, str] = field(default_factory=dict)
     health_path: str = "/health"  # answers 200 once it serves
     ready_timeout_s: float = 1800.0  # how long it may take to get there (vLLM downloads and compiles first)

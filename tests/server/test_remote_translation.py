@@ -140,3 +140,38 @@ def test_upstream_errors_keep_their_meaning() -> None:
     assert busy.status == 429 and busy.headers == {"Retry-After": "7"}
     broken = upstream_error(upstream, 500, b"<html>oops</html>", httpx.Headers())
     assert broken.status == 502 and "HTTP 500" in broken.message
+
+
+def test_a_child_engines_own_series_feed_the_gauges() -> None:
+    # A plug-in engine that runs as a child names its /metrics series in its spec: its gauges show in the app.
+    from launcher import engine_specs
+    from launcher.engine_specs.child import ChildArguments, ChildLaunch
+    from launcher.server.upstreams import remote_metrics
+
+    spec = engine_specs.EngineSpec(
+        name="plugmetrics",
+        label="Plug",
+        formats=("safetensors",),
+        factory="launcher.engines.child.engine:ChildEngine",
+        runtime_module="plugmetrics",
+        distribution="plugmetrics",
+        pip_extra="plugmetrics",
+        runs_as="child",
+        child=ChildLaunch(
+            program=lambda: None,
+            arguments=lambda request: ChildArguments([request.model], request.model),
+            looked_for="plug",
+            install="plug",
+            metric_series={"plug:busy": "running", "plug:cache_fill": "kv_ratio"},
+        ),
+    )
+    engine_specs.register(spec)
+    remote_metrics._series.cache_clear()
+    try:
+        text = (
+            'plug:busy{model_name="m"} 3\nplug:cache_fill{model_name="m"} 0.25\nplug:cache_fill{model_name="m"} 0.5\n'
+        )
+        assert remote_metrics.read_samples(text, ["m"]) == {"m": {"running": 3.0, "kv_ratio": 0.5}}
+    finally:
+        engine_specs.unregister("plugmetrics")
+        remote_metrics._series.cache_clear()

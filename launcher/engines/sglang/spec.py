@@ -45,6 +45,16 @@ SPEC = EngineSpec(
     sliding_cache="window",
     runs_as="child",
     child=ChildLaunch(
+        metric_series={
+            "sglang:num_running_reqs": "running",
+            "sglang:num_queue_reqs": "waiting",
+            "sglang:num_used_tokens": "kv_used",
+            "sglang:max_total_num_tokens": "kv_total",
+            "sglang:gen_throughput": "decode_tps",
+            "sglang:prompt_tokens_total": "prompt_total",
+            "sglang:generation_tokens_total": "generation_total",
+            "sglang:token_usage": "kv_ratio",
+        },
         program=sglang_program,
         arguments=sglang_arguments,
         looked_for="neither `sglang` on PATH nor the sglang package in this Python",

@@ -97,6 +97,14 @@ SPEC = EngineSpec(
     runs_as="child",
     prefer=_prefer,
     child=ChildLaunch(
+        metric_series={
+            "vllm:num_requests_running": "running",
+            "vllm:num_requests_waiting": "waiting",
+            "vllm:prompt_tokens_total": "prompt_total",
+            "vllm:generation_tokens_total": "generation_total",
+            "vllm:kv_cache_usage_perc": "kv_ratio",
+            "vllm:gpu_cache_usage_perc": "kv_ratio",  # an older name of the same series
+        },
         program=vllm_program,
         arguments=vllm_arguments,
         looked_for="neither `vllm` on PATH nor the vllm package in this Python",

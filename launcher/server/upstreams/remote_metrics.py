@@ -27,6 +27,7 @@ only when started with `--enable-metrics`; a remote without /metrics simply has 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Coroutine
@@ -37,6 +38,7 @@ import anyio
 import httpx
 
 from launcher.core import metric_names as names
+from launcher.engine_specs import specs
 from launcher.server.metrics import RemoteModelStats
 from launcher.server.upstreams.upstream import AnswerTooLarge, AnswerUnreadable, Upstream, get_small
 
@@ -57,40 +59,42 @@ RETRY_AFTER_FAILURE_S = 30.0
 MAX_RATE_GAP_S = 30.0
 """Counters further apart than this make no rate (a token count over minutes is not a speed now)."""
 
-_SUMMED = {
-    "vllm:num_requests_running": "running",
-    "sglang:num_running_reqs": "running",
+_OWN_SERIES = {  # this launcher's own series, as another launcher exports them
     names.REQUESTS_RUNNING: "running",
-    "vllm:num_requests_waiting": "waiting",
-    "sglang:num_queue_reqs": "waiting",
     names.REQUESTS_WAITING: "waiting",
-    "sglang:num_used_tokens": "kv_used",
     names.KV_CACHE_USED_TOKENS: "kv_used",
-    "sglang:max_total_num_tokens": "kv_total",
     names.KV_CACHE_TOTAL_TOKENS: "kv_total",
-    "sglang:gen_throughput": "decode_tps",
     names.DECODE_TOKENS_PER_SECOND: "decode_tps",
     names.PREFILL_TOKENS_PER_SECOND: "prefill_tps",
-    "vllm:prompt_tokens_total": "prompt_total",
-    "sglang:prompt_tokens_total": "prompt_total",
-    "vllm:generation_tokens_total": "generation_total",
-    "sglang:generation_tokens_total": "generation_total",
-}
-_HIGHEST = {  # a fill: data-parallel engines' ratios do not add up
-    "vllm:kv_cache_usage_perc": "kv_ratio",
-    "vllm:gpu_cache_usage_perc": "kv_ratio",
-    "sglang:token_usage": "kv_ratio",
     names.KV_CACHE_USAGE_RATIO: "kv_ratio",
 }
+HIGHEST_FIGURES = frozenset({"kv_ratio"})
+"""Figures taken as the highest over a remote's models, not summed: data-parallel engines' ratios do not add up."""
+
+
+@functools.cache
+def _series() -> tuple[dict[str, str], dict[str, str]]:
+    """(summed, highest): series name -> the figure it feeds, this launcher's and every child engine's
+    spec's (`ChildLaunch.metric_series`): a remote may be any of those servers."""
+    every = dict(_OWN_SERIES)
+    for spec in specs():
+        if spec.child is not None:
+            every |= spec.child.metric_series
+    summed = {name: figure for name, figure in every.items() if figure not in HIGHEST_FIGURES}
+    highest = {name: figure for name, figure in every.items() if figure in HIGHEST_FIGURES}
+    return summed, highest
+
+
 _MODEL_LABELS = ("model_name", "model", "name")
 
 
 def _wanted_lines(text: str) -> str:
     """The sample lines of the series above, at most MAX_SERIES of them (the rest of a big text unparsed)."""
+    summed, highest = _series()
     kept = []
     for line in text.splitlines():
         name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in _SUMMED or name in _HIGHEST:
+        if name in summed or name in highest:
             kept.append(line)
             if len(kept) >= MAX_SERIES:
                 break
@@ -105,9 +109,10 @@ def read_samples(text: str, models: list[str]) -> dict[str, dict[str, float]]:
     only = models[0] if len(models) == 1 else None
     listed = set(models)
     figures: dict[str, dict[str, float]] = {}
+    summed, highest = _series()
     for family in text_string_to_metric_families(_wanted_lines(text)):
         for sample in family.samples:
-            figure = _SUMMED.get(sample.name) or _HIGHEST.get(sample.name)
+            figure = summed.get(sample.name) or highest.get(sample.name)
             if figure is None:
                 continue
             model = next((sample.labels[label] for label in _MODEL_LABELS if sample.labels.get(label)), only)
@@ -117,7 +122,7 @@ def read_samples(text: str, models: list[str]) -> dict[str, dict[str, float]]:
                 continue
             values = figures.setdefault(model, {})
             value = float(sample.value)
-            if sample.name in _HIGHEST:
+            if sample.name in highest:
                 values[figure] = max(values.get(figure, 0.0), value)
             else:
                 values[figure] = values.get(figure, 0.0) + value
