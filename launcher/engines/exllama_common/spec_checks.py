@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from launcher.hardware.machine import Machine
 
+AMPERE = (8, 0)
+"""The compute capability ExLlamaV3 needs; below it EXL2 (ExLlamaV2) is the NVIDIA choice."""
+
 
 def min_compute(machine: Machine) -> tuple[int, int]:
     """The lowest compute capability among the NVIDIA cards ((0, 0) without any)."""

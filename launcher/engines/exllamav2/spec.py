@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from launcher.engine_specs import EngineSpec
 from launcher.engine_specs.preference import Preference, Situation
-from launcher.engines.exllama_common.spec_checks import min_compute, needs_nvidia
-
-AMPERE = (8, 0)  # from here on ExLlamaV3 runs, and EXL2 is only an alternative
+from launcher.engines.exllama_common.spec_checks import AMPERE, min_compute, needs_nvidia
 
 
 def _prefer(situation: Situation) -> Preference | None:

@@ -35,13 +35,13 @@ from launcher.engines.exllama_common._grammar_matcher import GrammarMatcher, Laz
 from launcher.engines.exllama_common._hf_files import HfModelFiles
 from launcher.engines.exllama_common._sampling import combo_sampler_kwargs
 from launcher.engines.exllama_common._sizing import CachePlan
+from launcher.engines.exllama_common.spec_checks import AMPERE
 from launcher.engines.exllamav3._filter import lazy_filter_class, runs_lazy_filters
 from launcher.engines.exllamav3.spec import SPEC
 from launcher.hardware.machine import Machine
 
 log = logging.getLogger("launcher.engines.exllamav3")
 
-MIN_COMPUTE = (8, 0)
 _KV_BITS = {"q8_0": 8, "q4_0": 4}
 
 
@@ -154,7 +154,7 @@ class ExLlamaV3Engine(ExLlamaEngineBase):
             package="exllamav3",
             label="ExLlamaV3",
             engine="exllamav3",
-            min_compute=MIN_COMPUTE,
+            min_compute=AMPERE,
             compute_hint="use EXL2 or GGUF",
         )
         if isinstance(checked, Availability):

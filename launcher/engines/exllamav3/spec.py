@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from launcher.engine_specs import EngineSpec
 from launcher.engine_specs.preference import Preference, Situation
-from launcher.engines.exllama_common.spec_checks import min_compute, needs_nvidia
+from launcher.engines.exllama_common.spec_checks import AMPERE, min_compute, needs_nvidia
 from launcher.hardware.machine import Machine
-
-AMPERE = (8, 0)
 
 
 def _runs_on(machine: Machine) -> str | None:

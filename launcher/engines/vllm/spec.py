@@ -12,12 +12,11 @@ import os
 import shutil
 import sys
 
+from launcher.advisor.handoff import FP8_COMPUTE
 from launcher.engine_specs import EngineSpec
 from launcher.engine_specs.child import ChildArguments, ChildLaunch, ChildRequest
 from launcher.engine_specs.preference import Offer, Preference, Situation, is_datacenter
 from launcher.hardware.machine import Machine
-
-FP8_COMPUTE = (8, 9)  # Ada and Hopper: FP8 tensor cores
 
 
 def vllm_program() -> list[str] | None:
