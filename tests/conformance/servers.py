@@ -103,11 +103,17 @@ def start_server(spec: ServerSpec, model_path: Path, home: Path, *extra: str) ->
 
 
 def launch_serve(
-    serve_args: list[str], home: Path, log_prefix: str = "serve", *, entry: tuple[str, ...] = ("-m", "launcher")
+    serve_args: list[str],
+    home: Path,
+    log_prefix: str = "serve",
+    *,
+    entry: tuple[str, ...] = ("-m", "launcher"),
+    python_path: tuple[Path, ...] = (),
 ) -> RunningServer:
     """`launcher serve SERVE_ARGS` with its own LAUNCHER_HOME, once its ready line is out. `entry` is how
-    Python starts the CLI (`-c CODE` for a CLI with some limits patched first)."""
-    env = {**os.environ, "LAUNCHER_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)}
+    Python starts the CLI (`-c CODE` for a CLI with some limits patched first); `python_path`: folders
+    put before the repository on its PYTHONPATH (a plug-in's, which its own children see too)."""
+    env = {**os.environ, "LAUNCHER_HOME": str(home), "PYTHONPATH": os.pathsep.join(map(str, (*python_path, REPO_ROOT)))}
     stderr_path = home / f"{log_prefix}-{os.getpid()}-{len(list(home.glob(f'{log_prefix}-*')))}.log"
     home.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, *entry, "serve", *serve_args]

@@ -17,18 +17,16 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import openai
 import pytest
 
 from launcher import engine_specs
-from tests.conformance.servers import REPO_ROOT, RunningServer
+from tests.conformance.servers import REPO_ROOT, RunningServer, launch_serve
 from tests.fixtures.models import write_tiny_gguf
 
 NAME = "plugchild"
@@ -136,35 +134,7 @@ def _launcher(plugin_dir: Path, home: Path, *args: str) -> str:
 
 def _serve(plugin_dir: Path, home: Path, *args: str) -> RunningServer:
     """`launcher serve ARGS` with the plug-in on its path, once its ready line is out."""
-    home.mkdir(parents=True, exist_ok=True)
-    stderr_path = home / "serve.log"
-    with stderr_path.open("w") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "launcher", "serve", *args],
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            env=_env(plugin_dir, home),
-            cwd=REPO_ROOT,
-        )
-    found: dict[str, Any] = {}
-
-    def read_ready() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            if line.startswith(("LAUNCHER_READY ", "LAUNCHER_ERROR ")):
-                kind, _, payload = line.partition(" ")
-                found[kind] = json.loads(payload)
-                return
-
-    reader = threading.Thread(target=read_ready, daemon=True)
-    reader.start()
-    reader.join(180)
-    server = RunningServer(process, found.get("LAUNCHER_READY", {}), stderr_path)
-    if not server.ready:
-        server.stop()
-        raise AssertionError(f"launcher serve did not become ready ({found}): {stderr_path.read_text()[-3000:]}")
-    return server
+    return launch_serve(list(args), home, python_path=(plugin_dir,))
 
 
 def _listening(url: str) -> bool:
