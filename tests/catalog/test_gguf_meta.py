@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import gguf
-import numpy as np
 import pytest
 
 from launcher.catalog.gguf_meta import GgufIdentity, read_gguf_metadata, read_identity, shard_paths
 from launcher.core.errors import ModelFormatError
 from tests.catalog.helpers import write_moe_gguf
+from tests.fixtures.models import write_header_only_gguf
 
 
 def test_tiny_gguf_architecture_numbers(tiny_gguf: Path) -> None:
@@ -92,14 +92,7 @@ def test_identity_reads_only_what_a_loader_checks(tmp_path: Path, tiny_gguf: Pat
 
 
 def test_identity_without_a_file_type_may_be_quantized(tmp_path: Path) -> None:
-    path = tmp_path / "untyped.gguf"
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_block_count(1)
-    writer.add_tensor("token_embd.weight", np.zeros((8, 4), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    path = write_header_only_gguf(tmp_path / "untyped.gguf", "llama")
     identity = read_identity(path)
     assert identity.architecture == "llama" and identity.file_type is None
     assert identity.maybe_quantized

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import gguf
-import numpy as np
 import pytest
 
 from launcher.core.errors import ModelFormatError, ModelNotFoundError
@@ -14,6 +12,7 @@ from launcher.engines.llamacpp.engine import LlamaCppEngine
 from launcher.engines.llamacpp.model import LlamaCppModel
 from launcher.hardware.machine import CpuInfo, Machine, MemoryInfo
 from tests.engines.llamacpp.support import load
+from tests.fixtures.models import write_header_only_gguf
 
 
 def test_missing_file_is_model_not_found(tmp_path: Path) -> None:
@@ -29,14 +28,7 @@ def test_a_file_that_is_not_gguf_is_a_format_error(tmp_path: Path) -> None:
 
 
 def test_unknown_architecture_names_it(tmp_path: Path) -> None:
-    path = tmp_path / "strange.gguf"
-    writer = gguf.GGUFWriter(str(path), "notarealarch")
-    writer.add_block_count(1)
-    writer.add_tensor("token_embd.weight", np.zeros((8, 4), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    path = write_header_only_gguf(tmp_path / "strange.gguf", "notarealarch")
     with pytest.raises(ModelFormatError, match="'notarealarch'"):
         load(path)
 
