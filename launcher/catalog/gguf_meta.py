@@ -238,7 +238,11 @@ def _with_cursor(path: Path, parse: Callable[[_Cursor], _Parsed]) -> _Parsed:
 def _preamble(cursor: _Cursor) -> tuple[int, int, int]:
     """Version, tensor count and key count, after checking the magic and the version."""
     if len(cursor.buffer) < 24 or cursor.unpack("<I") != GGUF_MAGIC:
-        raise ModelFormatError(f"{cursor.path} is not a GGUF file (no GGUF magic at the start).")
+        start = bytes(cursor.buffer[:4])  # b"<htm": an error page saved as the model, b"PK": a zip, ...
+        raise ModelFormatError(
+            f"{cursor.path} is not a GGUF file (it starts with {start!r}, not b'GGUF'); "
+            "llama.cpp loads only .gguf files."
+        )
     version = cursor.unpack("<I")
     if version not in (2, 3):
         raise ModelFormatError(f"{cursor.path} is GGUF version {version}; versions 2 and 3 are supported.")
