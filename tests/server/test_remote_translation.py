@@ -14,6 +14,7 @@ import httpx
 from launcher.engines.base import Constraint, SamplingParams
 from launcher.server.core.chat import ChatOptions, ToolCallDelta
 from launcher.server.core.generation import GenerationSettings
+from launcher.server.core.messages import ChatMessage, ToolCall
 from launcher.server.upstreams.remote_answers import ToolCalls, upstream_error
 from launcher.server.upstreams.remote_metrics import _rate, read_samples
 from launcher.server.upstreams.remote_request import request_body
@@ -88,13 +89,9 @@ def test_a_series_without_a_model_belongs_to_the_only_model() -> None:
 
 def test_the_upstream_request_is_chat_completions_with_string_arguments() -> None:
     history = [
-        {"role": "user", "content": "weather?"},
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "w", "arguments": {"city": "P"}}}],
-        },
-        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        ChatMessage(role="user", content="weather?"),
+        ChatMessage(role="assistant", content="", tool_calls=(ToolCall(id="c1", name="w", arguments={"city": "P"}),)),
+        ChatMessage(role="tool", content="sunny", tool_call_id="c1"),
     ]
     tool = {"type": "function", "function": {"name": "w", "parameters": {"type": "object"}}}
     settings = GenerationSettings(

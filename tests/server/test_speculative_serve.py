@@ -25,6 +25,7 @@ from launcher.engines.llamacpp.engine import LlamaCppEngine
 from launcher.server.app import create_app
 from launcher.server.core.chat import ChatOptions
 from launcher.server.core.generation import GenerationSettings
+from launcher.server.core.messages import ChatMessage
 from launcher.server.openai_api.routes_openai import chat_options
 from launcher.server.openai_api.schemas_openai import ChatCompletionRequest
 from launcher.server.upstreams.remote_request import request_body
@@ -159,7 +160,9 @@ def test_a_remote_model_is_not_sent_the_field() -> None:
     assert options.settings.speculative == "off"
     body, _ = request_body("qwen", options, output_cap=None)
     assert "speculative" not in body
-    bare = ChatOptions(messages=[{"role": "user", "content": "hi"}], settings=GenerationSettings(speculative="ngram"))
+    bare = ChatOptions(
+        messages=[ChatMessage(role="user", content="hi")], settings=GenerationSettings(speculative="ngram")
+    )
     assert "speculative" not in request_body("qwen", bare, output_cap=None)[0]
 
 

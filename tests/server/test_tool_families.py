@@ -14,6 +14,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from launcher.server.core.chat import normalize_history
 from launcher.server.core.templates import TOOLS_SYSTEM_PROMPT, ToolFormat, detect_tool_format, load_template
 from launcher.server.core.toolcalls import (
     ParsedToolCall,
@@ -51,7 +52,7 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 # An agent's turn after a tool result: the model called get_weather and got its answer. (The server hands
-# templates a call's missing text as "", as chat.normalize_history does.)
+# templates a call's missing text as "", as chat.normalize_history does; it also types the history.)
 HISTORY: list[dict[str, Any]] = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "Weather in Paris?"},
@@ -240,7 +241,7 @@ def test_the_real_template_shows_the_family_s_calls_and_is_told_apart(family: Fa
     template = _template(name)
     assert detect_tool_format(template.source) == family.fmt
     assert template.supports_tools and template.tool_format == family.fmt
-    prompt = template.render(HISTORY, TOOLS)
+    prompt = template.render(normalize_history(HISTORY), TOOLS)
     assert family.history_call in prompt, prompt
     assert "sunny" in prompt
     assert "read_file" in prompt, "the model is not shown the tools"
@@ -256,7 +257,7 @@ def test_gemma_3_has_no_tools_and_gets_hermes_instructions() -> None:
         )
     )
     assert not template.supports_tools and template.tool_format == "hermes"
-    prompt = template.render(HISTORY, TOOLS)
+    prompt = template.render(normalize_history(HISTORY), TOOLS)
     # Gemma 3's template puts the system text at the top of the first user turn
     assert prompt.startswith("<bos><start_of_turn>user\nBe brief.\n\n" + TOOLS_SYSTEM_PROMPT.split("{tools}")[0])
     assert '"name": "read_file"' in prompt
@@ -268,7 +269,7 @@ def test_gemma_3_has_no_tools_and_gets_hermes_instructions() -> None:
 
 
 def test_templates_that_never_show_tools_get_them_with_a_call_in_their_own_syntax() -> None:
-    prompt = _template("deepseek-ai-DeepSeek-V3.1.jinja").render(HISTORY, TOOLS)
+    prompt = _template("deepseek-ai-DeepSeek-V3.1.jinja").render(normalize_history(HISTORY), TOOLS)
     system = prompt.split("<｜User｜>")[0]
     assert '"name": "read_file"' in system
     example = (

@@ -51,6 +51,7 @@ from launcher.server.core.chat import (
     prepare_prompt,
 )
 from launcher.server.core.generation import Finish, GenerationSettings, cut_short
+from launcher.server.core.messages import ChatMessage
 from launcher.server.core.result import chat_result, starts_block
 from launcher.server.core.toolcalls import ParsedToolCall
 from launcher.server.errors import bad_request
@@ -166,7 +167,8 @@ def _system_text(system: str | list[TextBlockParam] | None) -> str:
     return "\n\n".join(texts)
 
 
-def _messages(body: CountTokensRequest) -> list[dict[str, Any]]:
+def _messages(body: CountTokensRequest) -> list[ChatMessage]:
+    """The request's history, typed; the system prompt first (Anthropic sends it apart from the messages)."""
     messages: list[dict[str, Any]] = []
     system = _system_text(body.system)
     if system:

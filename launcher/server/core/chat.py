@@ -1,6 +1,6 @@
 """Chat requests in one internal shape, shared by the OpenAI, Anthropic and Responses routes.
 
-Each route converts its request into `ChatOptions` (OpenAI-style message dicts, tools in
+Each route converts its request into `ChatOptions` (typed `ChatMessage`s, tools in
 OpenAI's function format, one `GenerationSettings`) and its output events (`TextDelta`,
 `ReasoningDelta`, `ToolCallDelta`, then the generation's `Finish`) back into its own wire shape;
 result.py gathers them into one finished reply for the non-streaming paths. Here: history
@@ -34,6 +34,7 @@ from launcher.server.core.generation import (
     start_generation,
 )
 from launcher.server.core.harmony import HarmonySplitter
+from launcher.server.core.messages import ChatMessage, ToolCall
 from launcher.server.core.reasoning import ReplySplitter, ThinkSplitter
 from launcher.server.core.templates import TemplateError, ToolFormat, detect_tool_format
 from launcher.server.core.toolcalls import (
@@ -58,7 +59,7 @@ class ChatOptions:
     """A chat request, whatever API it arrived on. `settings.constraint` is the reply format the
     client asked for; a required tool call replaces it with the call grammar."""
 
-    messages: list[dict[str, Any]]
+    messages: list[ChatMessage]
     tools: list[dict[str, Any]] = field(default_factory=list)
     tool_choice: ToolChoice = "auto"
     settings: GenerationSettings = field(default_factory=GenerationSettings)
@@ -135,9 +136,9 @@ def _arguments_object(arguments: Any, *, param: str) -> dict[str, Any]:
     return value
 
 
-def normalize_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Validate a tool-call history and put it in the shape HF templates expect (arguments as objects)."""
-    out: list[dict[str, Any]] = []
+def normalize_history(messages: list[dict[str, Any]]) -> list[ChatMessage]:
+    """Validate a tool-call history (OpenAI-shaped dicts, as each route writes its request) and type it."""
+    out: list[ChatMessage] = []
     open_calls: set[str] = set()
     for i, message in enumerate(messages):
         role = message["role"]
@@ -145,7 +146,6 @@ def normalize_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             role = "system"
         asked_now = i == len(messages) - 1 and role == "user"
         content = text_of(message.get("content"), param=f"messages.{i}", media="refuse" if asked_now else "note")
-        item: dict[str, Any] = {"role": role, "content": content}
         if role == "assistant" and message.get("tool_calls"):
             calls = []
             for j, call in enumerate(message["tool_calls"]):
@@ -155,12 +155,10 @@ def normalize_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 call_id = call.get("id") or f"call_{i}_{j}"
                 open_calls.add(call_id)
                 arguments = _arguments_object(function.get("arguments"), param=f"messages.{i}.tool_calls.{j}")
-                calls.append(
-                    {"id": call_id, "type": "function", "function": {"name": function["name"], "arguments": arguments}}
-                )
-            item["tool_calls"] = calls
+                calls.append(ToolCall(id=call_id, name=function["name"], arguments=arguments))
+            out.append(ChatMessage(role=role, content=content, tool_calls=tuple(calls)))
         elif role in ("tool", "function"):
-            if not out or not any(m.get("tool_calls") for m in out if m["role"] == "assistant"):
+            if not out or not any(m.tool_calls for m in out if m.role == "assistant"):
                 raise bad_request(
                     "A tool message must follow an assistant message with tool_calls.", param=f"messages.{i}"
                 )
@@ -171,11 +169,11 @@ def normalize_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 raise bad_request(
                     f"tool_call_id {call_id!r} does not match any earlier tool call.", param=f"messages.{i}"
                 )
-            item["role"] = "tool"
-            item["tool_call_id"] = call_id
-            if message.get("name"):
-                item["name"] = message["name"]
-        out.append(item)
+            out.append(
+                ChatMessage(role="tool", content=content, tool_call_id=call_id, name=message.get("name") or None)
+            )
+        else:
+            out.append(ChatMessage(role=role, content=content))
     return out
 
 

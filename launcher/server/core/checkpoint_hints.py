@@ -15,9 +15,8 @@ second session (11,911 tokens) shares 9,695 with the first; the fixed positions 
 
 from __future__ import annotations
 
-from typing import Any
-
 from launcher.server.core.control_text import ControlText
+from launcher.server.core.messages import ChatMessage
 
 MIN_PROMPT_TOKENS = 1024
 """Shorter prompts are read again quickly: no hints."""
@@ -30,7 +29,7 @@ _BOUNDARY_SLACK = 2  # tokens a hint stays before where its text starts
 def checkpoint_hints(
     shield: ControlText,
     rendered: str,
-    messages: list[dict[str, Any]],
+    messages: list[ChatMessage],
     literals: list[str],
     tokens: list[int],
 ) -> tuple[int, ...]:
@@ -38,12 +37,12 @@ def checkpoint_hints(
     message and its last line begin, and where each message after it begins."""
     if len(tokens) < MIN_PROMPT_TOKENS:
         return ()
-    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
+    last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
     if last_user is None:
         return ()
     offsets: set[int] = set()
     for message in messages[last_user:]:
-        text = _text_of(message.get("content"))
+        text = message.content
         for anchor in _anchors(text):
             found = rendered.rfind(anchor[:_SNIPPET_CHARS])
             if found > 0:
@@ -59,14 +58,6 @@ def checkpoint_hints(
         if 0 < position < len(tokens) - 1:
             positions.add(position)
     return tuple(sorted(positions))
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(str(part.get("text") or "") for part in content if isinstance(part, dict))
-    return ""
 
 
 def _anchors(text: str) -> list[str]:

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Any
+from dataclasses import replace
 
 from launcher.engines.base import LoadedModel
+from launcher.server.core.messages import ChatMessage
 
 # The shapes control tokens take across vocabularies: <|im_end|>, <end_of_turn>, [INST], [TOOL_CALLS].
 _CANDIDATE = re.compile(r"<\|[^<>|\s]{1,48}\|>|<[^<>\s]{1,48}>|\[[A-Z_]{2,32}\]")
@@ -49,7 +50,7 @@ class ControlText:
                 self._known[text] = known
         return known
 
-    def shield(self, messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    def shield(self, messages: list[ChatMessage]) -> tuple[list[ChatMessage], list[str]]:
         """`messages` with every control-token string in their content replaced by a placeholder,
         and the replaced strings (placeholder N stands for strings[N])."""
         literals: list[str] = []
@@ -63,12 +64,12 @@ class ControlText:
 
         out = []
         for message in messages:
-            content = message.get("content")
-            if isinstance(content, str) and ("<" in content or "[" in content):
+            content = message.content
+            if "<" in content or "[" in content:
                 before = len(literals)
                 shielded = _CANDIDATE.sub(swap, content)
                 if len(literals) > before:
-                    message = {**message, "content": shielded}
+                    message = replace(message, content=shielded)
             out.append(message)
         return out, literals
 

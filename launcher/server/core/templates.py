@@ -20,7 +20,7 @@ import copy
 import hashlib
 import json
 import string
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
@@ -30,6 +30,7 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from launcher.core.errors import ModelFormatError
 from launcher.engines.base import ModelInfo
+from launcher.server.core.messages import ChatMessage
 
 ToolFormat = Literal[
     "hermes",  # Qwen 2.5/3, Hermes, Granite 4: <tool_call>{"name", "arguments"}</tool_call>
@@ -226,9 +227,10 @@ class ChatTemplate:
     string_arguments: bool = False  # earlier calls' arguments as JSON text (the template adds them to text)
     null_call_content: bool = False  # a call's empty text as None (the template writes calls only then)
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
-        """The prompt text for `messages` (OpenAI-shaped dicts), ending with the assistant's turn."""
-        prepared = prepare_messages(self, messages, tools)
+    def render(self, messages: Sequence[ChatMessage], tools: list[dict[str, Any]] | None = None) -> str:
+        """The prompt text for `messages`, ending with the assistant's turn. The one place typed messages
+        become the dicts a Hugging Face template reads (ChatMessage.as_dict)."""
+        prepared = prepare_messages(self, [message.as_dict() for message in messages], tools)
         return self.render_prepared(prepared, tools if (tools and self.supports_tools) else None)
 
     def render_prepared(

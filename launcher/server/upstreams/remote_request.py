@@ -7,38 +7,25 @@ left out unless the client set them, and this server's --max-output-tokens lower
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from launcher.engines.base import Constraint, SamplingParams
 from launcher.server.core.chat import ChatOptions
+from launcher.server.core.messages import ChatMessage
 from launcher.server.errors import bad_request
 
 
-def wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The normalized history (chat.normalize_history: tool-call arguments as objects, for templates) as
-    Chat Completions messages, whose tool-call arguments are JSON strings."""
+def wire_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """The typed history as Chat Completions messages, whose tool-call arguments are JSON strings: the one
+    place a remote model's messages are made."""
     out: list[dict[str, Any]] = []
     for message in messages:
-        item = {key: value for key, value in message.items() if key != "tool_calls"}
-        calls = message.get("tool_calls")
-        if calls:
-            item["tool_calls"] = [
-                {
-                    "id": call["id"],
-                    "type": "function",
-                    "function": {
-                        "name": call["function"]["name"],
-                        "arguments": _arguments_text(call["function"].get("arguments")),
-                    },
-                }
-                for call in calls
-            ]
+        item = message.as_dict()
+        for call in item.get("tool_calls", ()):
+            call["function"]["arguments"] = json.dumps(call["function"]["arguments"] or {}, ensure_ascii=False)
         out.append(item)
     return out
-
-
-def _arguments_text(arguments: Any) -> str:
-    return arguments if isinstance(arguments, str) else json.dumps(arguments or {}, ensure_ascii=False)
 
 
 def _response_format(constraint: Constraint | None) -> dict[str, Any] | None:
