@@ -54,6 +54,8 @@ import debian_packages  # noqa: E402  (modules of packaging/, not a package)
 from glibc_needed import newest_glibc_needed  # noqa: E402
 from virtual_display import DisplayFailed, start_xvfb  # noqa: E402
 
+from tools.frozen_checks import CheckFailed, processes_under, step, wait_for  # noqa: E402
+
 OLDEST_GLIBC = (2, 36)
 """The oldest glibc the README promises for a Linux build (Debian 12's): no bundled library may need newer."""
 PACKAGE_GROUPS = ["desktop", "frozen-check"]
@@ -61,44 +63,7 @@ ATSPI_BUS = Path("/usr/libexec/at-spi-bus-launcher")
 SERVE_BUTTON = "Serve this model"
 STARTER_MARK = "starter"  # the starter's catalog title: "Gemma 3 270M (base, starter)"
 
-T0 = time.monotonic()
-
-
-def step(text: str) -> None:
-    print(f"[{time.monotonic() - T0:7.2f} s] {text}", flush=True)
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = probe()
-        if result:
-            return result
-        time.sleep(interval)
-    raise CheckFailed(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
 # -- processes ---------------------------------------------------------------------------------
-
-
-def processes_under(folder: Path) -> list[int]:
-    """Pids of running processes whose program lies in `folder` (the unpacked bundle)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            exe = os.readlink(entry / "exe")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and exe.startswith(str(folder) + os.sep):
-            found.append(int(entry.name))
-    return found
 
 
 def processes_with_env(name: str, value: str) -> list[int]:

