@@ -4,6 +4,9 @@ Uses huggingface_hub's own HTTP session (its transport, proxies and user agent) 
 mapping, but reads the body as the network delivers it instead of re-chunking it into 10 MB
 blocks as `http_get` does: that copy costs more than verifying the sha256, which runs on a
 second thread (hashlib releases the GIL), so a verified pull is as fast as a bare one.
+
+`fetch_verified` is the whole verified transfer of one file with a known size and sha256 (the app's
+updates and GPU packs): resume, progress, the hash check, and the partial file deleted on a mismatch.
 """
 
 from __future__ import annotations
@@ -22,13 +25,69 @@ import httpx2
 from huggingface_hub import constants
 from huggingface_hub.utils import get_session, hf_raise_for_status  # type: ignore[attr-defined]  # lazily exported
 
-from launcher.core.errors import DownloadError, DownloadTooLarge, LauncherError
+from launcher.catalog.progress import ProgressTracker
+from launcher.core.errors import ChecksumError, DownloadError, DownloadTooLarge, LauncherError
 
 logger = logging.getLogger(__name__)
 
 _RETRIES = 5  # consecutive failures without any new byte, as huggingface_hub does
 _TRANSIENT = (httpx2.NetworkError, httpx2.TimeoutException, httpx2.RemoteProtocolError)
 _READ_BLOCK = 8 * 1024 * 1024
+
+
+class HashMismatch(ChecksumError):
+    """The bytes that arrived do not hash to the expected sha256; the partial file was deleted."""
+
+    def __init__(self, name: str, actual: str, expected: str) -> None:
+        super().__init__(
+            f"{name} did not download intact (sha256 {actual[:12]}…, expected {expected[:12]}…); it was deleted."
+        )
+        self.actual = actual
+        self.expected = expected
+
+
+def _unchanged(err: Exception) -> Exception:
+    return err
+
+
+def fetch_verified(
+    url: str,
+    partial: Path,
+    *,
+    size: int,
+    sha256: str,
+    tracker: ProgressTracker,
+    label: str,
+    headers: dict[str, str] | None = None,
+    stopped: Callable[[Exception], Exception] = _unchanged,
+) -> Path:
+    """Download `url` into `partial`, resuming what an earlier try left there, and check its sha256; return `partial`.
+
+    Progress goes to `tracker` as the file `label`. An error that stops the transfer (cancel
+    included) is kept with the partial file for the next try, and is passed to `stopped`, which
+    returns the error to raise in its place (the same one to let it through). Bytes that do not
+    hash to `sha256` are deleted and raise HashMismatch, for the caller to word.
+    """
+    on_disk = partial.stat().st_size if partial.exists() else 0
+    tracker.start_file(label, already_on_disk=on_disk)
+    hasher = BackgroundHasher.sha256(resume_from=partial if on_disk else None, resume_bytes=on_disk)
+    try:
+        stream_to_file(url, partial, headers=headers or {}, expected_size=size, hasher=hasher, on_bytes=tracker.advance)
+    except Exception as err:
+        hasher.abort()  # on every way out: the hashing thread must not outlive the transfer
+        replacement = stopped(err)
+        if replacement is err:
+            raise
+        raise replacement from err
+    except BaseException:
+        hasher.abort()
+        raise
+    tracker.verifying()
+    digest = hasher.hexdigest()
+    if digest != sha256:
+        partial.unlink(missing_ok=True)
+        raise HashMismatch(partial.name, digest, sha256)
+    return partial
 
 
 def stream_to_file(

@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx2
 
 from launcher.catalog.progress import ProgressCallback, ProgressTracker
-from launcher.catalog.transfer import BackgroundHasher, stream_to_file
+from launcher.catalog.transfer import HashMismatch, fetch_verified
 from launcher.core import paths
 from launcher.core.errors import DownloadCancelled, DownloadTooLarge, LauncherError, UpdateError
 from launcher.core.units import format_bytes
@@ -145,50 +145,40 @@ def _fetch(item: _Item, folder: Path, tracker: ProgressTracker) -> Path:
             return final
         final.unlink()  # not this release's file: download it again
     partial = folder / item.partial_name
-    on_disk = partial.stat().st_size if partial.exists() else 0
-    if on_disk > item.size:  # more than the file can hold: nothing in it can be trusted
+    # More than the file can hold: nothing in it can be trusted.
+    if partial.exists() and partial.stat().st_size > item.size:
         partial.unlink()
-        on_disk = 0
-    tracker.start_file(item.name, already_on_disk=on_disk)
-    hasher = BackgroundHasher.sha256(resume_from=partial if on_disk else None, resume_bytes=on_disk)
 
-    try:
-        stream_to_file(
-            item.url,
-            partial,
-            headers={"User-Agent": f"launcher/{current_version()}"},
-            expected_size=item.size,
-            hasher=hasher,
-            on_bytes=tracker.advance,  # the transfer stops before writing past the signed size
-        )
-    except DownloadCancelled as err:
-        hasher.abort()
-        raise DownloadCancelled(
-            f"The update download was cancelled; the {format_bytes(_size(partial))} that arrived are kept, "
-            "and the next download resumes there."
-        ) from err
-    except OSError as err:  # the disk, or an HTTP status (huggingface_hub's HTTP errors are OSErrors)
-        hasher.abort()
-        if err.errno in _DISK_FULL:
-            raise UpdateError(
+    def stopped(err: Exception) -> Exception:
+        if isinstance(err, DownloadCancelled):
+            return DownloadCancelled(
+                f"The update download was cancelled; the {format_bytes(_size(partial))} that arrived are kept, "
+                "and the next download resumes there."
+            )
+        # the disk, or an HTTP status (huggingface_hub's HTTP errors are OSErrors)
+        if isinstance(err, OSError) and err.errno in _DISK_FULL:
+            return UpdateError(
                 f"The disk is full: {item.name} could not be written to {folder} ({err.strerror}). Free some "
                 "space and download again; what arrived is kept and the download resumes there."
-            ) from err
-        raise _stopped(item, partial, err) from err
-    except Exception as err:  # an HTTP status, the network after the retries, a short answer
-        hasher.abort()
-        raise _stopped(item, partial, err) from err
-    except BaseException:
-        hasher.abort()
-        raise
-    tracker.verifying()
-    digest = hasher.hexdigest()
-    if digest != item.sha256:
-        partial.unlink(missing_ok=True)
-        raise UpdateError(
-            f"{item.name} was corrupted in transfer: its sha256 is {digest[:12]}…, the release signed "
-            f"{item.sha256[:12]}…. The file was deleted and nothing was installed; download again."
+            )
+        return _stopped(item, partial, err)  # an HTTP status, the network after the retries, a short answer
+
+    try:
+        fetch_verified(
+            item.url,
+            partial,
+            size=item.size,  # the transfer stops before writing past the signed size
+            sha256=item.sha256,
+            tracker=tracker,
+            label=item.name,
+            headers={"User-Agent": f"launcher/{current_version()}"},
+            stopped=stopped,
         )
+    except HashMismatch as err:
+        raise UpdateError(
+            f"{item.name} was corrupted in transfer: its sha256 is {err.actual[:12]}…, the release signed "
+            f"{err.expected[:12]}…. The file was deleted and nothing was installed; download again."
+        ) from None
     try:
         partial.replace(final)
     except OSError as err:

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path, PurePosixPath
 
 from launcher.catalog.progress import ProgressCallback, ProgressTracker
-from launcher.catalog.transfer import BackgroundHasher, stream_to_file
+from launcher.catalog.transfer import HashMismatch, fetch_verified
 from launcher.core.errors import ChecksumError, DownloadError, LauncherError
 from launcher.engines.llamacpp.gpu_packs import (
     PACK_MANIFEST,
@@ -42,33 +42,31 @@ def install_pack(
     archive = root / f".{entry.name}-{entry.sha256[:16]}.tar.gz.partial"
     tracker = ProgressTracker(entry.size_bytes, 1, progress, cancel)
     tracker.start()
-    on_disk = archive.stat().st_size if archive.exists() else 0
-    tracker.start_file(entry.url.rsplit("/", 1)[-1], already_on_disk=on_disk)
-    hasher = BackgroundHasher.sha256(resume_from=archive if on_disk else None, resume_bytes=on_disk)
+    label = entry.label or entry.name
+
+    def stopped(err: Exception) -> Exception:
+        if isinstance(err, LauncherError):
+            return err
+        # HTTP status, network after the retries, a full disk: one message shape
+        return DownloadError(
+            f"The {label} pack could not be downloaded ({err}); what arrived is kept, and the next try resumes it."
+        )
+
     try:
-        stream_to_file(
-            entry.url, archive, headers={}, expected_size=entry.size_bytes, hasher=hasher, on_bytes=tracker.advance
+        fetch_verified(
+            entry.url,
+            archive,
+            size=entry.size_bytes,
+            sha256=entry.sha256,
+            tracker=tracker,
+            label=entry.url.rsplit("/", 1)[-1],
+            stopped=stopped,
         )
-    except LauncherError:
-        hasher.abort()
-        raise
-    except Exception as err:  # HTTP status, network after the retries, a full disk: one message shape
-        hasher.abort()
-        raise DownloadError(
-            f"The {entry.label or entry.name} pack could not be downloaded ({err}); what arrived is kept, "
-            "and the next try resumes it."
-        ) from err
-    except BaseException:
-        hasher.abort()
-        raise
-    tracker.verifying()
-    digest = hasher.hexdigest()
-    if digest != entry.sha256:
-        archive.unlink(missing_ok=True)
+    except HashMismatch as err:
         raise ChecksumError(
-            f"The {entry.label or entry.name} pack did not download intact (sha256 {digest[:12]}…, expected "
-            f"{entry.sha256[:12]}…); nothing was installed. Try again."
-        )
+            f"The {label} pack did not download intact (sha256 {err.actual[:12]}…, expected "
+            f"{err.expected[:12]}…); nothing was installed. Try again."
+        ) from None
     tracker.finish_file()
     installed = unpack_pack(entry, archive, root)
     archive.unlink(missing_ok=True)
