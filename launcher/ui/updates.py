@@ -57,6 +57,7 @@ from launcher.core.errors import DownloadCancelled, UpdateError
 from launcher.core.settings import Settings
 from launcher.core.units import format_bytes
 from launcher.ui import theme, workers
+from launcher.ui.download_progress import progress_text
 from launcher.ui.server_process import ServerProcess
 from launcher.updates import current
 
@@ -623,15 +624,6 @@ class UpdateController(QObject):
 
 def progress_line(event: ProgressEvent) -> str:
     """'12.0 MiB of 84.0 MiB · 5.1 MiB/s · 0:14 left' (or the verifying step)."""
-    from launcher.catalog.progress import format_duration
-
     if event.kind == "verify":
         return "Verifying the download…"
-    parts = [f"{format_bytes(event.bytes_done)} of {format_bytes(event.bytes_total)}"]
-    if event.speed:
-        parts.append(f"{format_bytes(event.speed)}/s")
-    if event.eta_s is not None:
-        parts.append(f"{format_duration(event.eta_s)} left")
-    if event.resumed_bytes:
-        parts.append(f"resumed from {format_bytes(event.resumed_bytes)}")
-    return " · ".join(parts)
+    return progress_text(event)

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 from launcher.core.units import format_bytes
 from launcher.hardware.machine import Machine
 from launcher.ui import workers
+from launcher.ui.download_progress import progress_text
 from launcher.ui.panels.recommendation import RecommendationPanel
 from launcher.ui.widgets.card import Card, muted
 from launcher.ui.widgets.model_list import ModelList
@@ -48,22 +49,6 @@ def _search_hub(query: str, machine: Machine) -> list[ModelRow]:
     from launcher.ui.hub_rows import search_rows
 
     return search_rows(query, machine)
-
-
-def progress_text(event: ProgressEvent) -> str:
-    """'1.2 GiB of 4.5 GiB · 38.0 MiB/s · 1 min 30 s left'."""
-    from launcher.catalog.progress import format_duration
-
-    parts = [f"{format_bytes(event.bytes_done)} of {format_bytes(event.bytes_total)}"]
-    if event.speed:
-        parts.append(f"{format_bytes(event.speed)}/s")
-    if event.eta_s is not None:
-        parts.append(f"{format_duration(event.eta_s)} left")
-    if event.resumed_bytes:
-        parts.append(f"resumed from {format_bytes(event.resumed_bytes)}")
-    if event.kind == "verify":
-        parts = ["Verifying checksum…"]
-    return " · ".join(parts)
 
 
 class DownloadBox(Card):
