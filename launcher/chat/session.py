@@ -23,9 +23,8 @@ from typing import Any, Literal, Protocol
 
 import httpx
 
-from launcher.chat.store import ChatSettings, Message
+from launcher.chat.store import DENIED_TEXT, ChatSettings, Message, code_fence, parse_arguments
 
-DENIED_TEXT = "The user denied this call."
 STOPPED_TEXT = "Not run: the user stopped this turn."
 _CONNECT_TIMEOUT_S = 5.0
 # The server sends a keepalive comment while a long prompt is read, so a silence this long is a hung server.
@@ -240,7 +239,7 @@ def _handle_call(
     """Ask, run and report one call; returns the tool message the model reads."""
     call_id, function = str(call["id"]), call["function"]
     qualified, raw = str(function["name"]), str(function["arguments"])
-    arguments = _arguments(raw)
+    arguments = parse_arguments(raw)
     proposed = ToolCallProposed(call_id, qualified, arguments if arguments is not None else {}, raw)
     on_event(proposed)
     denied = False
@@ -272,16 +271,6 @@ def _call(
     except Exception as err:  # the turn goes on: the model reads what went wrong, like any tool error
         return f"The tool {qualified} failed: {err}", True
     return result.text, result.is_error
-
-
-def _arguments(raw: str) -> dict[str, Any] | None:
-    if not raw.strip():
-        return {}
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _request_body(
@@ -500,12 +489,11 @@ def _user_content(message: Message, accepts_images: bool) -> str | list[dict[str
 
 
 def _fenced(name: str, text: str) -> str:
-    """A file as a fenced block under its name; the fence is longer than any backtick run inside."""
-    longest, run = 0, 0
-    for char in text:
-        run = run + 1 if char == "`" else 0
-        longest = max(longest, run)
-    fence = "`" * max(3, longest + 1)
+    """A file as a fenced block under its name.
+
+    Unlike the export's fence (store._fence), the body keeps its trailing blank lines: the model reads
+    the file exactly as it is."""
+    fence = code_fence(text)
     body = text if text.endswith("\n") else text + "\n"
     return f"{name}:\n{fence}\n{body}{fence}"
 

@@ -30,6 +30,8 @@ SCHEMA_VERSION = 1
 DEFAULT_TITLE = "New chat"
 TITLE_CHARS = 60
 EXPORT_FORMAT = "launcher-chat"
+# The tool result a Deny stores: the model reads it, and the Chat page recognises a stored denial by it.
+DENIED_TEXT = "The user denied this call."
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -524,10 +526,26 @@ class ChatStore:
 _ROLE_HEADINGS = {"system": "System", "user": "User", "assistant": "Assistant", "tool": "Tool result"}
 
 
+def parse_arguments(raw: str) -> dict[str, Any] | None:
+    """A tool call's arguments text as the JSON object it holds: {} when blank, None when not an object."""
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def code_fence(text: str) -> str:
+    """The backtick run that fences `text`: at least three, and longer than any run inside it."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
 def _fence(text: str, info: str = "") -> str:
     """A fenced block that holds `text` verbatim: longer than any backtick run inside it."""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
+    fence = code_fence(text)
     return f"{fence}{info}\n{text.rstrip(chr(10))}\n{fence}"
 
 

@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from launcher.chat.store import DENIED_TEXT, parse_arguments
 from launcher.ui import theme, workers
 from launcher.ui.chat_markdown import (
     AutoHeightBrowser,
@@ -61,7 +62,6 @@ OPEN_BUDGET_S = 0.015
 BACKFILL_BUDGET_S = 0.008  # a step of that work: the event loop runs between steps
 REASONING_CHUNK_CHARS = 2000  # one box of unfolded thinking holds about this much
 SHOWN_CHARS = 4000  # a tool call's arguments or result beyond this are cut in the card (Copy copies all)
-DENIED_TEXT = "The user denied this call."  # what launcher.chat.session tells the model on Deny
 _FOLLOW_SLACK_PX = 24  # this close to the bottom still counts as "at the bottom": keep following the answer
 _warmed = False
 
@@ -920,11 +920,10 @@ def _arguments(function: dict[str, Any]) -> dict[str, Any] | str:
     raw = function.get("arguments", "")
     if isinstance(raw, dict):
         return raw
-    try:
-        parsed = json.loads(raw)
-    except (TypeError, ValueError):
-        return str(raw)
-    return parsed if isinstance(parsed, dict) else str(raw)
+    if not isinstance(raw, str) or not raw.strip():
+        return str(raw)  # blank arguments show as written, not as {}
+    parsed = parse_arguments(raw)
+    return parsed if parsed is not None else raw
 
 
 def _attachment_label(attachment: Any) -> str:
